@@ -1,0 +1,110 @@
+"""The one exception hierarchy of omnitensor (DESIGN §10).
+
+Every error a user can trigger is raised from here. Each class also subclasses the natural builtin
+so that `except ValueError` style code keeps working. Messages follow
+`"<what>: <problem> (got <actual>, expected <expected>); <remedy>"`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "BackendError",
+    "BackendNotInstalledError",
+    "BackendUnavailableError",
+    "DTypeError",
+    "FormatError",
+    "OmnitensorError",
+    "ParseError",
+    "PluginError",
+    "ShapeError",
+    "TraceError",
+    "UnsupportedError",
+    "VerificationError",
+]
+
+
+class OmnitensorError(Exception):
+    """Base class of every error omnitensor raises on purpose.
+
+    Args:
+        message: the full, human-readable message.
+        **fields: structured context (``op``, ``shapes``, ``dtype``, ``backend``, ``path``,
+            ``offset`` ...), kept as attributes so that tools need not parse the message.
+    """
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.op: str | None = fields.pop("op", None)
+        self.shapes: Sequence[tuple[int, ...]] | None = fields.pop("shapes", None)
+        self.dtype: str | None = fields.pop("dtype", None)
+        self.backend: str | None = fields.pop("backend", None)
+        self.fields: dict[str, Any] = fields
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ShapeError(OmnitensorError, ValueError):
+    """Shapes that do not fit an op (caught when the op is recorded)."""
+
+
+class DTypeError(OmnitensorError, TypeError):
+    """A dtype an op does not accept, or operands whose dtypes do not agree."""
+
+
+class UnsupportedError(OmnitensorError, NotImplementedError):
+    """A backend does not support an (op, dtype, shape, attribute) combination.
+
+    Raised before any work is done, never after a wrong answer.
+    """
+
+
+class FormatError(OmnitensorError, ValueError):
+    """A malformed file or text: names the path (or source) and the offset where it went wrong."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
+                 **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.path = path
+        self.offset = offset
+
+
+class ParseError(FormatError):
+    """PTIR text that cannot be parsed (carries the line and column)."""
+
+
+class VerificationError(OmnitensorError, ValueError):
+    """A PTIR function that breaks an invariant (SSA, types, op rules)."""
+
+
+class TraceError(OmnitensorError, RuntimeError):
+    """Something a traced (`omnitensor.compile`d) function cannot do, with the way around it."""
+
+
+class BackendError(OmnitensorError, RuntimeError):
+    """A backend failed while doing work it had accepted."""
+
+
+class BackendUnavailableError(OmnitensorError, RuntimeError):
+    """A backend is installed but cannot run here (no device, failed import, version mismatch)."""
+
+
+class BackendNotInstalledError(BackendUnavailableError, ImportError):
+    """No installed distribution provides the backend that was asked for."""
+
+
+class PluginError(OmnitensorError, RuntimeError):
+    """A plugin broke a rule of the hook contract (raised in a hook, returned a wrong value).
+
+    Args:
+        message: what went wrong.
+        plugin: the entry-point name of the plugin at fault.
+    """
+
+    def __init__(self, message: str, *, plugin: str | None = None, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.plugin = plugin
