@@ -148,6 +148,12 @@ class Backend(abc.ABC):
         """
         return None
 
+    def layout_key(self, buffer: Any) -> Any:
+        """Hashable description of a buffer's memory layout beyond shape and dtype (strides,
+        offset), part of the plan-cache key. Backends whose compiled code does not depend on input
+        layouts return None (the default)."""
+        return None
+
     def device_info(self) -> dict[str, str]:
         """Facts about the device for `omnitensor backends` (name, memory ...)."""
         return {}

@@ -1,0 +1,757 @@
+"""Plugin discovery, backend availability and selection (DESIGN §5).
+
+Entry points of the group ``omnitensor.backends`` are loaded one by one at first use, never at
+import, and never through pluggy's ``load_setuptools_entrypoints`` (which stops at the first
+failure): every failure is caught here, once, and kept as the reason a plugin is unavailable.
+The backend is chosen by ``OMNITENSOR_BACKEND`` (read at each unscoped use), or for a scope by
+`use_backend`. The hooks themselves are documented in `hookspecs`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import contextvars
+import difflib
+import importlib.metadata as metadata
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pluggy
+
+from .._logging import configure_logging
+from ..errors import BackendNotInstalledError, BackendUnavailableError, PluginError
+from . import hookspecs
+from .contract import CONTRACT_VERSION, Backend
+from .hookspecs import PROJECT_NAME, BackendSpec, FunctionalAlternative
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BackendInfo",
+    "backend_passes",
+    "current_backend_name",
+    "functional_alternatives",
+    "get_backend",
+    "list_backends",
+    "prepare_weight",
+    "register_plugin",
+    "reset",
+    "use_backend",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The entry-point group every backend distribution declares.
+ENTRY_POINT_GROUP: Final = "omnitensor.backends"
+
+# NOTE: names for error-message hints only ("did you mean", what to pip install). Selection and
+# discovery never consult them: first-party backends register through entry points like anyone.
+_WELL_KNOWN: Final = ("cpu", "cuda", "ref", "wgpu")
+_INSTALL_HINT: Final = (
+    "pip install omnitensor-backend-cpu (portable, fast) or omnitensor-backend-ref (reference); "
+    "for GPUs omnitensor-backend-cuda or omnitensor-backend-wgpu"
+)
+
+
+def distribution_for(name: str) -> str:
+    """The conventional distribution name of backend `name` (``omnitensor-backend-<name>``)."""
+    return f"omnitensor-backend-{name}"
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One row of `list_backends`: what is installed and whether it can run.
+
+    Attributes:
+        name: the backend name (or the entry-point name of a plugin that failed to load).
+        plugin: the entry-point (or in-process) name of the plugin providing it.
+        value: what the entry point points at (``"omnitensor_backend_ref.plugin"``).
+        distribution: the distribution providing it, when known.
+        version: that distribution's version, when known.
+        contract_version: the contract version the plugin declared (None if it never said).
+        contract_ok: the declared version matches `CONTRACT_VERSION`.
+        available: the backend can be selected here.
+        reason: why it cannot (None when available).
+        priority: its priority after the probe (None when unavailable).
+        devices: facts from the spec's ``devices`` callable (empty when unavailable).
+        selected: it is the backend unscoped code uses now (``OMNITENSOR_BACKEND`` or default).
+    """
+
+    name: str
+    plugin: str
+    value: str
+    distribution: str | None
+    version: str | None
+    contract_version: int | None
+    contract_ok: bool
+    available: bool
+    reason: str | None
+    priority: int | None
+    devices: Mapping[str, Any] | Sequence[str]
+    selected: bool
+
+
+@dataclass
+class _Plugin:
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+    obj: object | None = None
+    error: str | None = None
+    contract_ok: bool = True
+    contract_version: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """Registered, loaded, compatible and not broken: its hooks may be called."""
+        return self.obj is not None and self.error is None and self.contract_ok
+
+
+@dataclass
+class _Entry:
+    name: str
+    plugin: _Plugin
+    spec: BackendSpec | None
+    reason: str | None = None  # static: set at registration or when the factory failed
+    probed: bool = False
+    probe_reason: str | None = None
+    priority: int | None = None
+
+    @property
+    def distribution(self) -> str | None:
+        spec_dist = self.spec.distribution if self.spec is not None else None
+        return spec_dist or self.plugin.distribution
+
+
+_NO_IMPL: Final = object()
+_SCOPE: contextvars.ContextVar[tuple[str, Backend] | None] = contextvars.ContextVar(
+    "omnitensor_backend_scope", default=None
+)
+
+
+def _env_names(variable: str) -> list[str]:
+    raw = os.environ.get(variable, "")
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    """Entry points of the group, sorted by name for a stable load order."""
+    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value))
+
+
+def _distribution_of(ep: metadata.EntryPoint) -> tuple[str | None, str | None]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return None, None
+    return dist.metadata["Name"], dist.version
+
+
+class _Registry:
+    """All discovery state; one per process (`_REGISTRY`), rebuilt by `reset`."""
+
+    def __init__(self, *, entry_points: bool = True) -> None:
+        self._use_entry_points = entry_points
+        self._lock = threading.RLock()
+        self._discovered = False
+        self._pm = pluggy.PluginManager(PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        self._plugins: dict[str, _Plugin] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._shadowed: list[_Entry] = []
+        self._instances: dict[str, Backend] = {}
+        self._resolved: dict[str, str] = {}
+        self._functionals: list[FunctionalAlternative] | None = None
+        self._passes: dict[str, list[Any]] = {}
+
+    # --- discovery --------------------------------------------------------------------------
+
+    def discover(self) -> None:
+        """Load every entry point once (isolated); cheap after the first call."""
+        if self._discovered:
+            return
+        with self._lock:
+            if self._discovered:
+                return
+            configure_logging()
+            if self._use_entry_points:
+                for ep in _entry_points():
+                    self._load_entry_point(ep)
+            self._discovered = True
+
+    def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
+        dist, version = _distribution_of(ep)
+        plugin = _Plugin(ep.name, ep.value, dist, version)
+        if ep.name in self._plugins:
+            other = self._plugins[ep.name]
+            plugin.error = (
+                f"entry point name {ep.name!r} is also used by {other.distribution or other.value}"
+                f"; uninstall one of them"
+            )
+            self._shadowed.append(_Entry(ep.name, plugin, None, plugin.error))
+            logger.error("plugin %r: %s", ep.name, plugin.error)
+            return
+        if self._disabled(plugin):
+            return
+        try:
+            obj = ep.load()
+        except Exception as exc:  # NOTE: any import-time failure is the plugin's reason
+            plugin.error = f"import of {ep.value} failed: {_describe(exc)}"
+            logger.info("plugin %r unavailable: %s", ep.name, plugin.error)
+            self._add_failed(plugin)
+            return
+        self._register(plugin, obj)
+
+    def _disabled(self, plugin: _Plugin) -> bool:
+        if plugin.name not in _env_names("OMNITENSOR_DISABLE_PLUGINS"):
+            return False
+        plugin.error = "disabled by OMNITENSOR_DISABLE_PLUGINS"
+        self._add_failed(plugin)
+        return True
+
+    def _add_failed(self, plugin: _Plugin) -> None:
+        """Record a plugin that never registered backends; its entry-point name stands for one."""
+        self._plugins[plugin.name] = plugin
+        if plugin.name not in self._entries:
+            self._entries[plugin.name] = _Entry(plugin.name, plugin, None)
+
+    def register_object(self, obj: object, name: str, distribution: str | None) -> None:
+        """Register an in-process plugin (tests, notebooks) exactly like an entry point."""
+        self.discover()
+        with self._lock:
+            if name in self._plugins:
+                raise PluginError(
+                    f"register_plugin: name {name!r} is already registered; pick another name",
+                    plugin=name,
+                )
+            where = getattr(obj, "__name__", None) or f"{type(obj).__module__}.{type(obj).__name__}"
+            plugin = _Plugin(name, f"in-process {where}", distribution, None)
+            if not self._disabled(plugin):
+                self._register(plugin, obj)
+            self._resolved.clear()
+            self._functionals = None
+            self._passes.clear()
+
+    def _register(self, plugin: _Plugin, obj: object) -> None:
+        plugin.obj = obj
+        self._plugins[plugin.name] = plugin
+        try:
+            self._pm.register(obj, name=plugin.name)
+        except Exception as exc:  # pluggy.PluginValidationError and friends
+            plugin.error = f"does not follow the omnitensor hook specs: {_describe(exc)}"
+            plugin.obj = None
+            self._add_failed(plugin)
+            return
+        callers = self._pm.get_hookcallers(obj) or []
+        unknown = sorted(c.name for c in callers if c.spec is None)
+        if unknown or not callers:
+            known = [n for n in dir(hookspecs) if n.startswith("omnitensor_")]
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                plugin.error = f"implements unknown hook(s) {unknown}{hint}"
+            else:
+                plugin.error = "has no @omnitensor.hookimpl functions (expected e.g. " + (
+                    "omnitensor_register_backends)"
+                )
+            self._unregister(plugin)
+            self._add_failed(plugin)
+            return
+        try:
+            result = self._call_one(plugin, "omnitensor_register_backends")
+            specs = [] if result is _NO_IMPL else self._check_specs(result)
+        except Exception as exc:
+            plugin.error = f"omnitensor_register_backends failed: {_describe(exc)}"
+            self._unregister(plugin)
+            self._add_failed(plugin)
+            return
+        # NOTE: the contract check comes before any other hook of this plugin can run.
+        for spec in specs:
+            plugin.contract_version = spec.contract_version
+            if spec.contract_version != CONTRACT_VERSION:
+                plugin.contract_ok = False
+                plugin.error = _contract_message(spec, plugin)
+        if not plugin.contract_ok:
+            self._unregister(plugin)
+        if not specs and plugin.error is not None:
+            self._add_failed(plugin)
+        for spec in specs:
+            entry = _Entry(spec.name, plugin, spec)
+            if spec.name in self._entries and self._entries[spec.name].plugin is not plugin:
+                owner = self._entries[spec.name].plugin.name
+                entry.reason = f"name {spec.name!r} already registered by plugin {owner!r}"
+                self._shadowed.append(entry)
+            else:
+                self._entries[spec.name] = entry
+
+    def _check_specs(self, result: Any) -> list[BackendSpec]:
+        if not isinstance(result, (list, tuple)) or not all(
+            isinstance(s, BackendSpec) for s in result
+        ):
+            raise TypeError(f"returned {result!r} (expected a list of omnitensor BackendSpec)")
+        return list(result)
+
+    def _unregister(self, plugin: _Plugin) -> None:
+        if plugin.obj is not None and self._pm.is_registered(plugin.obj):
+            self._pm.unregister(plugin.obj)
+
+    def _call_one(self, plugin: _Plugin, hook: str, **kwargs: Any) -> Any:
+        """Call one plugin's implementation of `hook` (isolation: one plugin at a time)."""
+        caller = getattr(self._pm.hook, hook)
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name == plugin.name:
+                return impl.function(*(kwargs[arg] for arg in impl.argnames))
+        return _NO_IMPL
+
+    def _active_plugins(self) -> list[_Plugin]:
+        self.discover()
+        return [p for p in self._plugins.values() if p.active]
+
+    def _hook_failed(self, plugin: _Plugin, hook: str, exc: BaseException) -> None:
+        plugin.error = f"{hook} failed: {_describe(exc)}"
+        logger.error("plugin %r disabled: %s", plugin.name, plugin.error)
+        self._unregister(plugin)
+
+    # --- availability -----------------------------------------------------------------------
+
+    def availability(self, entry: _Entry) -> str | None:
+        """None when `entry` can be selected, else the reason (probes run once, lazily)."""
+        if entry.plugin.error is not None:
+            return entry.plugin.error
+        if entry.reason is not None:
+            return entry.reason
+        if entry.spec is None:
+            return "registered no backend"
+        if not entry.probed:
+            with self._lock:
+                entry.probe_reason = self._probe(entry, entry.spec)
+                entry.probed = True
+        return entry.probe_reason
+
+    def _probe(self, entry: _Entry, spec: BackendSpec) -> str | None:
+        try:
+            reason = spec.probe() if spec.probe is not None else None
+        except Exception as exc:
+            return f"probe failed: {_describe(exc)}"
+        if reason is not None:
+            return str(reason)
+        try:
+            priority = spec.priority() if callable(spec.priority) else spec.priority
+            entry.priority = int(priority)
+        except Exception as exc:
+            return f"priority failed: {_describe(exc)}"
+        return None
+
+    def _not_installed(self, name: str, source: str) -> BackendNotInstalledError:
+        installed = sorted(self._entries)
+        listing = f" (installed: {', '.join(installed) or 'none'})"
+        close = difflib.get_close_matches(name, installed, n=1, cutoff=0.6)
+        if close:
+            remedy = f"did you mean {close[0]!r}?"
+        else:
+            known = difflib.get_close_matches(name, _WELL_KNOWN, n=1, cutoff=0.6)
+            target = known[0] if known and known[0] != name else name
+            hint = f"did you mean {target!r}? " if target != name else ""
+            remedy = f"{hint}pip install {distribution_for(target)}"
+        return BackendNotInstalledError(
+            f"{source}backend {name!r} is not installed{listing}; {remedy}", backend=name
+        )
+
+    def _unavailable(self, name: str, reason: str, source: str) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            f"{source}backend {name!r} is installed but cannot run here: {reason}; "
+            f"run `omnitensor backends` to see what is usable",
+            backend=name,
+        )
+
+    # --- selection --------------------------------------------------------------------------
+
+    def select(self, names: Sequence[str], source: str) -> str:
+        """The first usable backend of `names` (an ordered preference), or raise."""
+        self.discover()
+        with self._lock:
+            failures: list[tuple[str, str | None]] = []
+            for name in names:
+                entry = self._entries.get(name)
+                if entry is None:
+                    failures.append((name, None))
+                    continue
+                reason = self.availability(entry)
+                if reason is None:
+                    return name
+                failures.append((name, reason))
+            if len(failures) == 1:
+                name, reason = failures[0]
+                if reason is None:
+                    raise self._not_installed(name, source)
+                raise self._unavailable(name, reason, source)
+            parts = [
+                f"{n}: " + (r if r is not None else f"not installed (pip install "
+                            f"{distribution_for(n)})")
+                for n, r in failures
+            ]
+            error = (
+                BackendNotInstalledError
+                if all(r is None for _, r in failures)
+                else BackendUnavailableError
+            )
+            raise error(
+                f"{source}none of the backends {list(names)} can run here ({'; '.join(parts)}); "
+                f"run `omnitensor backends` to see what is usable",
+                backend=names[0] if names else None,
+            )
+
+    def default(self) -> str:
+        """The highest-priority available backend, or raise naming what to install."""
+        self.discover()
+        with self._lock:
+            usable = []
+            reasons = []
+            for name, entry in self._entries.items():
+                reason = self.availability(entry)
+                if reason is None:
+                    usable.append((entry.priority or 0, name))
+                else:
+                    reasons.append(f"{name}: {reason}")
+            if usable:
+                # Highest priority first; ties go to the alphabetically first name (stable).
+                usable.sort(key=lambda item: (-item[0], item[1]))
+                return usable[0][1]
+            if not self._entries:
+                raise BackendNotInstalledError(
+                    f"no omnitensor backend is installed; {_INSTALL_HINT}"
+                )
+            raise BackendUnavailableError(
+                f"no installed omnitensor backend can run here ({'; '.join(reasons)}); "
+                f"{_INSTALL_HINT}"
+            )
+
+    def resolve_env(self) -> str:
+        """The backend ``OMNITENSOR_BACKEND`` selects now; logged once per distinct value."""
+        raw = os.environ.get("OMNITENSOR_BACKEND", "")
+        cached = self._resolved.get(raw)
+        if cached is not None:
+            return cached
+        with self._lock:
+            names = _env_names("OMNITENSOR_BACKEND")
+            if names:
+                name = self.select(names, "OMNITENSOR_BACKEND: ")
+                why = f"OMNITENSOR_BACKEND={raw.strip()!r}"
+            else:
+                name = self.default()
+                ranked = sorted(
+                    (e.priority or 0, n) for n, e in self._entries.items()
+                    if self.availability(e) is None
+                )
+                why = "highest priority available: " + ", ".join(
+                    f"{n}={p}" for p, n in reversed(ranked)
+                ) + "; set OMNITENSOR_BACKEND to choose"
+            if raw not in self._resolved:
+                logger.warning("using backend %r (%s)", name, why)
+            self._resolved[raw] = name
+            return name
+
+    def instance(self, name: str) -> Backend:
+        """The cached instance of backend `name` (factory + wrap hooks on first use)."""
+        backend = self._instances.get(name)
+        if backend is not None:
+            return backend
+        with self._lock:
+            if name in self._instances:
+                return self._instances[name]
+            entry = self._entries[name]
+            assert entry.spec is not None  # callers checked availability
+            try:
+                created = entry.spec.factory()
+            except Exception as exc:
+                entry.reason = f"factory failed: {_describe(exc)}"
+                self._resolved.clear()
+                raise self._unavailable(name, entry.reason, "") from exc
+            if not isinstance(created, Backend):
+                raise PluginError(
+                    f"backend {name!r}: factory returned {type(created).__name__} (expected an "
+                    f"omnitensor.backend.Backend); fix plugin {entry.plugin.name!r}",
+                    plugin=entry.plugin.name,
+                    backend=name,
+                )
+            backend = self._wrap(created)
+            self._instances[name] = backend
+            return backend
+
+    def _wrap(self, backend: Backend) -> Backend:
+        for plugin in self._active_plugins():
+            try:
+                wrapped = self._call_one(plugin, "omnitensor_wrap_backend", backend=backend)
+                if wrapped is _NO_IMPL or wrapped is None:
+                    continue
+                if not isinstance(wrapped, Backend):
+                    raise TypeError(f"returned {wrapped!r} (expected a Backend or None)")
+            except Exception as exc:
+                self._hook_failed(plugin, "omnitensor_wrap_backend", exc)
+                continue
+            backend = wrapped
+        return backend
+
+    # --- other hooks ------------------------------------------------------------------------
+
+    def functional_alternatives(self) -> list[FunctionalAlternative]:
+        """Every alternative from active plugins (collected once)."""
+        with self._lock:
+            if self._functionals is None:
+                found: list[FunctionalAlternative] = []
+                for plugin in self._active_plugins():
+                    try:
+                        items = self._call_one(plugin, "omnitensor_register_functionals")
+                        if items is _NO_IMPL:
+                            continue
+                        if not all(isinstance(i, FunctionalAlternative) for i in items):
+                            raise TypeError(f"returned {items!r} (expected FunctionalAlternative)")
+                    except Exception as exc:
+                        self._hook_failed(plugin, "omnitensor_register_functionals", exc)
+                        continue
+                    found.extend(items)
+                self._functionals = found
+            return list(self._functionals)
+
+    def passes(self, backend_name: str) -> list[Any]:
+        """Passes contributed for `backend_name` (collected once per name)."""
+        with self._lock:
+            if backend_name not in self._passes:
+                found: list[Any] = []
+                for plugin in self._active_plugins():
+                    try:
+                        items = self._call_one(
+                            plugin, "omnitensor_register_passes", backend_name=backend_name
+                        )
+                        if items is _NO_IMPL:
+                            continue
+                        found.extend(items)
+                    except Exception as exc:
+                        self._hook_failed(plugin, "omnitensor_register_passes", exc)
+                self._passes[backend_name] = found
+            return list(self._passes[backend_name])
+
+    def prepare_weight(self, backend: Backend, name: str, array: Any, type: Any) -> Any | None:
+        """First non-None `omnitensor_prepare_weight` result, in plugin load order."""
+        for plugin in self._active_plugins():
+            try:
+                result = self._call_one(
+                    plugin, "omnitensor_prepare_weight",
+                    backend=backend, name=name, array=array, type=type,
+                )
+            except Exception as exc:
+                raise PluginError(
+                    f"{name}: omnitensor_prepare_weight of plugin {plugin.name!r} failed "
+                    f"({_describe(exc)}); fix or disable it with OMNITENSOR_DISABLE_PLUGINS",
+                    plugin=plugin.name,
+                ) from exc
+            if result is not _NO_IMPL and result is not None:
+                return result
+        return None
+
+    # --- listing ----------------------------------------------------------------------------
+
+    def infos(self) -> list[BackendInfo]:
+        """Every backend and every failed plugin, with availability (runs the probes)."""
+        self.discover()
+        try:
+            selected: str | None = self.resolve_env()
+        except BackendUnavailableError:
+            selected = None
+        rows = []
+        for entry in [*self._entries.values(), *self._shadowed]:
+            reason = entry.reason if entry in self._shadowed else self.availability(entry)
+            devices: Mapping[str, Any] | Sequence[str] = {}
+            if reason is None and entry.spec is not None and entry.spec.devices is not None:
+                try:
+                    devices = entry.spec.devices()
+                except Exception as exc:
+                    devices = {"error": _describe(exc)}
+            rows.append(BackendInfo(
+                name=entry.name,
+                plugin=entry.plugin.name,
+                value=entry.plugin.value,
+                distribution=entry.distribution,
+                version=entry.plugin.version,
+                contract_version=(
+                    entry.spec.contract_version if entry.spec else entry.plugin.contract_version
+                ),
+                contract_ok=entry.plugin.contract_ok,
+                available=reason is None,
+                reason=reason,
+                priority=entry.priority if reason is None else None,
+                devices=devices,
+                selected=reason is None and entry.name == selected
+                and entry not in self._shadowed,
+            ))
+        return rows
+
+    def close(self) -> None:
+        """Close every created backend (errors are logged, never raised)."""
+        for name, backend in list(self._instances.items()):
+            try:
+                backend.close()
+            except Exception:
+                logger.exception("closing backend %r failed", name)
+        self._instances.clear()
+
+
+def _contract_message(spec: BackendSpec, plugin: _Plugin) -> str:
+    dist = spec.distribution or plugin.distribution or distribution_for(spec.name)
+    if spec.contract_version > CONTRACT_VERSION:
+        remedy = "upgrade omnitensor (pip install -U omnitensor)"
+    else:
+        remedy = f"upgrade the backend (pip install -U {dist})"
+    return (
+        f"incompatible backend contract (got version {spec.contract_version} from {dist}, "
+        f"expected {CONTRACT_VERSION} by omnitensor); {remedy}"
+    )
+
+
+_REGISTRY = _Registry()
+_REGISTRY_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    _REGISTRY.close()
+
+
+def _registry() -> _Registry:
+    return _REGISTRY
+
+
+# --- public API ---------------------------------------------------------------------------
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The backend instance to run on.
+
+    Args:
+        name: a backend name; None means the current scope's backend (`use_backend`), else the
+            one ``OMNITENSOR_BACKEND`` selects (read now, at use), else the highest-priority
+            available one.
+
+    Returns:
+        The backend, created once per name (the factory's result passed through the
+        ``omnitensor_wrap_backend`` hooks) and cached.
+
+    Raises:
+        BackendNotInstalledError: the backend (or any backend) is not installed; names the
+            distribution to ``pip install``.
+        BackendUnavailableError: installed but cannot run here (with the reason).
+    """
+    registry = _registry()
+    if name is None:
+        scoped = _SCOPE.get()
+        if scoped is not None:
+            return scoped[1]
+        return registry.instance(registry.resolve_env())
+    return registry.instance(registry.select([name], ""))
+
+
+@contextlib.contextmanager
+def use_backend(name_or_backend: str | Backend) -> Iterator[Backend]:
+    """Run a scope on another backend: ``with omnitensor.use_backend("ref"): ...``.
+
+    The choice is context-local (`contextvars`): other threads and asyncio tasks are unaffected,
+    and scopes nest. The backend is resolved on entry, so an unusable name fails at the ``with``.
+
+    Args:
+        name_or_backend: a backend name (``"ref"``) or a `Backend` instance.
+
+    Yields:
+        The backend in use inside the scope.
+
+    Raises:
+        BackendNotInstalledError, BackendUnavailableError: as `get_backend`.
+    """
+    if isinstance(name_or_backend, Backend):
+        backend, name = name_or_backend, name_or_backend.name
+    else:
+        backend, name = get_backend(name_or_backend), name_or_backend
+    token = _SCOPE.set((name, backend))
+    try:
+        yield backend
+    finally:
+        _SCOPE.reset(token)
+
+
+def current_backend_name() -> str:
+    """Name of the backend `get_backend()` returns here (scope, else ``OMNITENSOR_BACKEND``).
+
+    Raises:
+        BackendNotInstalledError, BackendUnavailableError: when no backend can be selected.
+    """
+    scoped = _SCOPE.get()
+    if scoped is not None:
+        return scoped[0]
+    return _registry().resolve_env()
+
+
+def list_backends() -> list[BackendInfo]:
+    """Every backend found (and every plugin that failed to load), with availability.
+
+    Runs the probes (cheap) but creates no backend. Never raises for a broken plugin.
+    """
+    return _registry().infos()
+
+
+def functional_alternatives() -> list[FunctionalAlternative]:
+    """All functional alternatives registered by compatible plugins (DESIGN §6)."""
+    return _registry().functional_alternatives()
+
+
+def backend_passes(backend_name: str) -> list[Any]:
+    """Optimizer passes plugins contribute for `backend_name` (opaque; see the hookspec)."""
+    return _registry().passes(backend_name)
+
+
+def prepare_weight(backend: Backend, name: str, array: Any, type: Any) -> Any | None:
+    """Ask plugins to repack one parameter for `backend`; None when none does.
+
+    Raises:
+        PluginError: a plugin's ``omnitensor_prepare_weight`` raised (names the plugin).
+    """
+    return _registry().prepare_weight(backend, name, array, type)
+
+
+def register_plugin(
+    plugin: object, name: str, *, distribution: str | None = None
+) -> None:
+    """Register an in-process plugin (a module or an object with hookimpls), as an entry point.
+
+    The same isolation applies: a plugin that fails is listed as unavailable, never raised.
+    Used by tests and notebooks; `reset` forgets it.
+
+    Args:
+        plugin: a module or object holding ``@omnitensor.hookimpl`` functions.
+        name: its plugin name (for ``OMNITENSOR_DISABLE_PLUGINS`` and listings).
+        distribution: the distribution to name in listings, if any.
+
+    Raises:
+        PluginError: `name` is already registered.
+    """
+    _registry().register_object(plugin, name, distribution)
+
+
+def reset(*, entry_points: bool = True) -> None:
+    """Forget all discovery, selection and instances (for tests); created backends are closed.
+
+    Args:
+        entry_points: load installed entry points again on next use; False leaves only plugins
+            registered later with `register_plugin` (tests of the registry itself).
+    """
+    global _REGISTRY
+    with _REGISTRY_LOCK:
+        old = _REGISTRY
+        _REGISTRY = _Registry(entry_points=entry_points)
+        old.close()

@@ -1,0 +1,1 @@
+"""The lazy `Tensor`, its creation functions, realization and `compile`."""

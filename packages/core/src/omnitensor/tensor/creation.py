@@ -1,0 +1,174 @@
+"""Creating tensors: constants, ranges, identity and random values (all lazy until read)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import DTypeError, ShapeError
+from .tensor import Scalar, Tensor, as_tensor
+
+__all__ = [
+    "arange", "eye", "full", "full_like", "key", "linspace", "manual_seed", "ones", "ones_like",
+    "rand", "randn", "split_key", "tensor", "zeros", "zeros_like",
+]
+
+ShapeLike = int | Sequence[int]
+
+
+def _shape(shape: ShapeLike | tuple[Any, ...]) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    out = tuple(int(d) for d in shape)
+    if any(d < 0 for d in out):
+        raise ShapeError(f"shape: dimensions must be non-negative (got {out})")
+    return out
+
+
+def tensor(data: Any, dtype: Any = None) -> Tensor:
+    """A tensor holding a copy of `data` (nested lists, scalars, arrays or tensors).
+
+    Python floats default to float32 and ints to int32 (DESIGN §3); numpy arrays keep their dtype.
+    """
+    if isinstance(data, Tensor):
+        return data if dtype is None else data.astype(dtype)
+    if isinstance(data, np.ndarray):
+        data = data.copy()
+    return as_tensor(data, None if dtype is None else dt.as_dtype(dtype))
+
+
+def full(shape: ShapeLike, value: Scalar, dtype: Any = None) -> Tensor:
+    """A tensor of `shape` filled with `value` (a broadcast constant: nothing is allocated until
+    it is realized)."""
+    target = dt.as_dtype(dtype) if dtype is not None else dt.result_type(value)
+    scalar = Tensor._apply("constant", value=np.asarray(value).astype(target.np))
+    dims = _shape(shape)
+    if not dims:
+        return scalar
+    return Tensor._apply("broadcast_in_dim", scalar, shape=dims, dims=())
+
+
+def zeros(*shape: Any, dtype: Any = None) -> Tensor:
+    """Zeros of `shape` (float32 unless `dtype`)."""
+    return full(_shape(shape), 0, dtype or dt.default_float)
+
+
+def ones(*shape: Any, dtype: Any = None) -> Tensor:
+    """Ones of `shape` (float32 unless `dtype`)."""
+    return full(_shape(shape), 1, dtype or dt.default_float)
+
+
+def full_like(x: Tensor, value: Scalar, dtype: Any = None) -> Tensor:
+    """`full` with the shape (and dtype, unless given) of `x`."""
+    return full(x.shape, value, dtype or x.dtype)
+
+
+def zeros_like(x: Tensor, dtype: Any = None) -> Tensor:
+    """Zeros shaped like `x`."""
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x: Tensor, dtype: Any = None) -> Tensor:
+    """Ones shaped like `x`."""
+    return full_like(x, 1, dtype)
+
+
+def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
+           dtype: Any = None) -> Tensor:
+    """Values ``start, start+step, ...`` below `stop`, as `numpy.arange` (int32/float32 default)."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ShapeError("arange: step must not be zero")
+    target = dt.as_dtype(dtype) if dtype is not None else dt.result_type(start, stop, step)
+    count = max(0, math.ceil((float(stop) - float(start)) / float(step)))
+    index = Tensor._apply("iota", shape=(count,), dimension=0,
+                          dtype=target if not target.is_bool else dt.int32)
+    if start == 0 and step == 1:
+        return index
+    return index * step + start if target.is_floating else (index * int(step) + int(start))
+
+
+def linspace(start: float, stop: float, num: int = 50, dtype: Any = None) -> Tensor:
+    """`num` evenly spaced values from `start` to `stop` inclusive."""
+    target = dt.as_dtype(dtype) if dtype is not None else dt.default_float
+    if num < 0:
+        raise ShapeError(f"linspace: num must be non-negative (got {num})")
+    if num == 1:
+        return full((1,), start, target)
+    index = Tensor._apply("iota", shape=(num,), dimension=0, dtype=dt.float64
+                          if target == dt.float64 else dt.float32)
+    step = (stop - start) / max(num - 1, 1)
+    return (index * step + start).astype(target)
+
+
+def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None) -> Tensor:
+    """Identity-like matrix with ones on diagonal `k`."""
+    cols = n if m is None else m
+    rows_i = Tensor._apply("iota", shape=(n, cols), dimension=0, dtype=dt.int32)
+    cols_i = Tensor._apply("iota", shape=(n, cols), dimension=1, dtype=dt.int32)
+    return ((rows_i + k) == cols_i).astype(dtype or dt.default_float)
+
+
+# --- randomness ---------------------------------------------------------------------------------
+
+_seed_lock = threading.Lock()
+_global = {"seed": 0, "counter": 0}
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the default key sequence used by `rand`/`randn` calls without `seed` or `key`."""
+    with _seed_lock:
+        _global["seed"], _global["counter"] = int(seed), 0
+
+
+def key(seed: int) -> Tensor:
+    """A uint32[2] RNG key made from an integer seed (counter-based: same seed, same bits on
+    every backend)."""
+    seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    words = np.array([seed & 0xFFFF_FFFF, seed >> 32], dtype=np.uint32)
+    return Tensor._apply("constant", value=words)
+
+
+def split_key(k: Tensor, num: int = 2) -> list[Tensor]:
+    """`num` new independent keys derived from `k` (rng ``bits`` on streams 1..num)."""
+    return [Tensor._apply("rng", k, shape=(2,), dtype=dt.uint32, distribution="bits",
+                          stream=i + 1) for i in range(num)]
+
+
+def _next_key() -> Tensor:
+    with _seed_lock:
+        seed, counter = _global["seed"], _global["counter"]
+        _global["counter"] += 1
+    return split_key(key(seed), counter + 1)[counter]
+
+
+def _random(distribution: str, shape: tuple[int, ...], seed: int | None, key_: Tensor | None,
+            dtype: Any) -> Tensor:
+    target = dt.as_dtype(dtype) if dtype is not None else dt.default_float
+    if not target.is_floating:
+        raise DTypeError(f"rand: dtype must be floating (got {target})")
+    if key_ is None:
+        key_ = key(seed) if seed is not None else _next_key()
+    return Tensor._apply("rng", key_, shape=shape, dtype=target, distribution=distribution,
+                         stream=0)
+
+
+def rand(*shape: Any, seed: int | None = None, key: Tensor | None = None,
+         dtype: Any = None) -> Tensor:
+    """Uniform values in [0, 1) from a counter-based generator (`seed` or `key`)."""
+    return _random("uniform", _shape(shape), seed, key, dtype)
+
+
+def randn(*shape: Any, seed: int | None = None, key: Tensor | None = None,
+          dtype: DType | str | None = None) -> Tensor:
+    """Standard normal values from a counter-based generator (`seed` or `key`)."""
+    return _random("normal", _shape(shape), seed, key, dtype)

@@ -1,0 +1,223 @@
+"""The lazy graph behind tensors: `Node`s recorded op by op, and their capture into PTIR.
+
+A node is either a leaf (a realized backend buffer, a host array not yet uploaded, or a traced
+placeholder) or an op applied to earlier nodes' results. Capture walks the graph iteratively (no
+recursion limit), turns leaves into function inputs and computes the plan-cache key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend.contract import Backend
+from ..errors import OmnitensorError
+from ..ir.builder import Builder, infer_types, normalize_attrs
+from ..ir.opdef import get_op
+from ..ir.program import Function, Role
+from ..ir.types import TensorType, Type, Value
+
+__all__ = ["Capture", "Node", "Ref", "capture", "record"]
+
+#: Constants with at most this many elements are part of the program (and of the cache key);
+#: larger ones are inputs (DESIGN §4).
+SMALL_CONSTANT = 16
+
+
+class Node:
+    """One value-producing step of the lazy graph, or a leaf.
+
+    Attributes:
+        op: op name, or None for a leaf.
+        inputs: ``(node, result_index)`` pairs the op reads.
+        attrs: complete, normalized attributes.
+        types: result types.
+        buffers: backend buffers once realized (leaf), one per result.
+        host: host arrays of a leaf that has not been uploaded to a backend yet.
+        backend: the backend holding `buffers`, or None while the node is not bound to one.
+        role: the function-input role this leaf takes when captured.
+        name: a human name for dumps (parameter names).
+        placeholder: index of the traced argument this leaf stands for (inside `compile`).
+        version: bumped each time the buffers change identity (hoisting cache keys use it).
+        deleted: set when the buffer was donated to a compiled call.
+    """
+
+    __slots__ = ("attrs", "backend", "buffers", "deleted", "host", "inputs", "name", "op",
+                 "placeholder", "role", "types", "version", "__weakref__")
+
+    def __init__(self, op: str | None, inputs: tuple[Ref, ...], attrs: dict[str, Any],
+                 types: tuple[Type, ...], backend: Backend | None = None) -> None:
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs
+        self.types = types
+        self.backend = backend
+        self.buffers: list[Any] | None = None
+        self.host: list[np.ndarray[Any, Any]] | None = None
+        self.role = Role.DATA
+        self.name = ""
+        self.placeholder: int | None = None
+        self.version = 0
+        self.deleted = False
+
+    @property
+    def is_leaf(self) -> bool:
+        """True once the node holds data (or stands for a traced argument)."""
+        return self.op is None
+
+    @classmethod
+    def from_host(cls, array: np.ndarray[Any, Any], type: Type) -> Node:
+        """A leaf holding a host array (uploaded to a backend when first used there)."""
+        node = cls(None, (), {}, (type,))
+        node.host = [array]
+        return node
+
+    @classmethod
+    def from_buffer(cls, buffer: Any, type: Type, backend: Backend) -> Node:
+        """A leaf holding one backend buffer."""
+        node = cls(None, (), {}, (type,), backend)
+        node.buffers = [buffer]
+        return node
+
+    def bind(self, buffers: list[Any], backend: Backend) -> None:
+        """Turn this node into a realized leaf holding `buffers` (drops the graph behind it)."""
+        self.op, self.inputs, self.attrs = None, (), {}
+        self.buffers, self.host, self.backend = buffers, None, backend
+        self.version += 1
+
+
+Ref = tuple[Node, int]
+
+
+def common_backend(refs: Sequence[Ref], op: str) -> Backend | None:
+    """The one backend the operands live on, or None when none is bound yet.
+
+    Raises:
+        OmnitensorError: when operands live on two backends, naming both.
+    """
+    found: Backend | None = None
+    for node, _ in refs:
+        if node.backend is not None:
+            if found is not None and node.backend is not found:
+                raise OmnitensorError(
+                    f"{op}: operands live on two backends ({found.name!r} and "
+                    f"{node.backend.name!r}); move one with .to(backend)",
+                    op=op,
+                    backend=node.backend.name,
+                )
+            found = node.backend
+    return found
+
+
+def record(op: str, inputs: Sequence[Ref], attrs: dict[str, Any]) -> Node:
+    """Record one op application: check it with the op's own rule now, return its node."""
+    opdef = get_op(op)
+    full = opdef.attr_defaults(normalize_attrs(attrs))
+    types = infer_types(opdef, [n.types[i] for n, i in inputs], full)
+    backend = common_backend(inputs, op)
+    return Node(op, tuple(inputs), full, types, backend)
+
+
+@dataclass
+class Capture:
+    """A captured graph: op nodes in order, leaves in input order, roots, and the cache key.
+
+    The PTIR function is built only when asked for (`function()`), i.e. on a plan-cache miss.
+    """
+
+    order: list[Node]
+    leaves: list[Ref]
+    roots: list[Ref]
+    key: str
+    name: str = "main"
+
+    def function(self) -> Function:
+        """The captured PTIR function (inputs = leaves, outputs = roots)."""
+        builder = Builder(self.name)
+        values: dict[tuple[int, int], Value] = {}
+        for node, index in self.leaves:
+            values[(id(node), index)] = builder.input(node.types[index], node.role, node.name)
+        for node in self.order:
+            operands = [values[(id(n), i)] for n, i in node.inputs]
+            results = builder.emit_multi(node.op or "", *operands, **node.attrs)
+            for i, value in enumerate(results):
+                values[(id(node), i)] = value
+        return builder.build([values[(id(n), i)] for n, i in self.roots])
+
+
+def _attr_key(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, value.tobytes())
+    if isinstance(value, tuple):
+        return tuple(_attr_key(v) for v in value)
+    if isinstance(value, Function):
+        return ("function", value.signature())
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    return value
+
+
+def _toposort(roots: Sequence[Ref]) -> list[Node]:
+    """Op nodes reachable from `roots` (stopping at leaves), dependencies first. Iterative."""
+    order: list[Node] = []
+    done: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(node, False) for node, _ in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if node.is_leaf or (id(node) in done and not expanded):
+            continue
+        if expanded:
+            if id(node) not in done:
+                done.add(id(node))
+                order.append(node)
+            continue
+        stack.append((node, True))
+        for child, _ in reversed(node.inputs):
+            if not child.is_leaf and id(child) not in done:
+                stack.append((child, False))
+    return order
+
+
+def capture(roots: Sequence[Ref], *, name: str = "main", extra_key: Any = None) -> Capture:
+    """Capture the graph behind `roots`.
+
+    Leaves become inputs: traced placeholders first (by argument index), then the others in
+    first-use order. The key hashes the structure, every attribute and small constant, the leaf
+    types and roles, and `extra_key` (backend, layouts, optimizer knobs).
+    """
+    order = _toposort(roots)
+    found: dict[tuple[int, int], Ref] = {}
+    for node in order:
+        for ref in node.inputs:
+            if ref[0].is_leaf:
+                found.setdefault((id(ref[0]), ref[1]), ref)
+    for ref in roots:
+        if ref[0].is_leaf:
+            found.setdefault((id(ref[0]), ref[1]), ref)
+    leaves = sorted(found.values(), key=lambda r: (0, r[0].placeholder) if r[0].placeholder
+                    is not None else (1, 0))
+    slots: dict[tuple[int, int], int] = {}
+    parts: list[Any] = [extra_key]
+    for node, index in leaves:
+        slots[(id(node), index)] = len(slots)
+        parts.append((str(node.types[index]), node.role.value, node.placeholder))
+    for node in order:
+        parts.append((node.op, tuple(slots[(id(n), i)] for n, i in node.inputs),
+                      tuple((k, _attr_key(v)) for k, v in node.attrs.items())))
+        for i in range(len(node.types)):
+            slots[(id(node), i)] = len(slots)
+    parts.append(tuple(slots[(id(n), i)] for n, i in roots))
+    key = hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
+    return Capture(order, leaves, list(roots), key, name)
+
+
+def dense_type(node: Node, index: int = 0) -> TensorType:
+    """The TensorType of a node's result (quantized results are not tensors of the frontend)."""
+    type = node.types[index]
+    if not isinstance(type, TensorType):
+        raise OmnitensorError(f"expected a dense tensor, got {type}")
+    return type

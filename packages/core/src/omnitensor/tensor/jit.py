@@ -1,0 +1,222 @@
+"""`omnitensor.compile`: trace a Python function once per input signature, then replay its plan.
+
+The traced program's inputs are the tensor arguments (placeholders), then every realized tensor
+the function read from outside (weights). Those outside tensors are read through their handles
+at each call, so a parameter rebound by an optimizer step is seen by the next call; handles the
+function itself rebinds (``x[i] = v``, parameter updates) become extra outputs and are rebound
+after each call.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from ..backend.contract import Backend
+from ..errors import OmnitensorError, TraceError
+from .graph import Node, Ref, capture
+from .realize import compile_plan, leaf_buffers, pick_backend, realize_refs, stats, tracing
+from .tensor import Tensor
+
+__all__ = ["CompiledFunction", "compile"]
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _TraceState:
+    """Handles seen while tracing: which outside leaves they held, and their value at first
+    sight (to detect rebinding)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[weakref.ref[Tensor], Ref]] = {}
+
+    def saw(self, tensor: Tensor) -> None:
+        if id(tensor) not in self.seen:
+            self.seen[id(tensor)] = (weakref.ref(tensor), (tensor._node, tensor._index))
+
+
+def _flatten(tree: Any, leaves: list[Any]) -> Any:
+    """Structure of `tree` with tensors replaced by their index in `leaves`."""
+    if isinstance(tree, Tensor):
+        leaves.append(tree)
+        return ("T", len(leaves) - 1)
+    if isinstance(tree, (list, tuple)):
+        return (type(tree).__name__, tuple(_flatten(x, leaves) for x in tree))
+    if isinstance(tree, dict):
+        return ("dict", tuple((k, _flatten(v, leaves)) for k, v in sorted(tree.items())))
+    return ("static", tree)
+
+
+def _unflatten(spec: Any, leaves: Sequence[Any]) -> Any:
+    kind, body = spec
+    if kind == "T":
+        return leaves[body]
+    if kind in ("list", "tuple"):
+        items = [_unflatten(x, leaves) for x in body]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {k: _unflatten(v, leaves) for k, v in body}
+    return body
+
+
+@dataclass
+class _Trace:
+    """One traced signature: the plan and how to feed and unpack it."""
+
+    plan: Any
+    backend: Backend
+    leaves: list[Ref]
+    handles: dict[int, list[weakref.ref[Tensor]]]  # leaf position -> handles that held it
+    out_spec: Any
+    n_outputs: int
+    rebound: list[weakref.ref[Tensor]] = field(default_factory=list)
+
+
+class CompiledFunction(Generic[P, R]):
+    """A function traced once per input signature (shapes, dtypes, static args, backend).
+
+    Attributes:
+        traces: how many times the Python function ran (one per new signature).
+    """
+
+    def __init__(self, fn: Callable[P, R], donate: Sequence[int] = ()) -> None:
+        self.fn = fn
+        self.donate = frozenset(donate)
+        self.traces = 0
+        self._cache: dict[Any, _Trace] = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        arg_leaves: list[Tensor] = []
+        spec = _flatten((args, kwargs), arg_leaves)
+        realize_refs([t._ref() for t in arg_leaves])
+        for position in self.donate:
+            if position >= len(args) or not isinstance(args[position], Tensor):
+                raise OmnitensorError(f"compile: donate index {position} is not a tensor argument")
+        backend = pick_backend([t._ref() for t in arg_leaves]) if arg_leaves else None
+        signature = (spec_key(spec), tuple((t.shape, t.dtype) for t in arg_leaves),
+                     id(backend))
+        trace = self._cache.get(signature)
+        if trace is None:
+            trace = self._trace(args, kwargs, arg_leaves, backend, signature)
+            self._cache[signature] = trace
+        return self._run(trace, args, arg_leaves)
+
+    def _trace(self, args: Any, kwargs: Any, arg_leaves: list[Tensor], backend: Backend | None,
+               signature: Any) -> _Trace:
+        self.traces += 1
+        if self.traces > 1:
+            log.warning("compile: retracing %s for a new signature %s",
+                        getattr(self.fn, "__name__", "function"), signature[1])
+        placeholders = []
+        for i, t in enumerate(arg_leaves):
+            node = Node(None, (), {}, (t.type,), t._node.backend)
+            node.placeholder = i
+            placeholders.append(Tensor(node))
+        spec = _flatten((args, kwargs), [])
+        t_args, t_kwargs = _unflatten(spec, placeholders)
+        state = _TraceState()
+        token = tracing.set(state)
+        try:
+            result = self.fn(*t_args, **t_kwargs)
+        finally:
+            tracing.reset(token)
+        out_leaves: list[Tensor] = []
+        out_spec = _flatten(result, out_leaves)
+        rebound = [ref for ref, first in state.seen.values()
+                   if (t := ref()) is not None and (t._node, t._index) != first]
+        roots = [t._ref() for t in out_leaves] + [
+            (t._node, t._index) for ref in rebound if (t := ref()) is not None]
+        cap = capture(roots, name=getattr(self.fn, "__name__", "compiled"))
+        chosen = backend or pick_backend(roots)
+        stats.cache_misses += 1
+        plan = compile_plan(cap, chosen)
+        handles: dict[int, list[weakref.ref[Tensor]]] = {}
+        by_leaf = {(id(n), i): pos for pos, (n, i) in enumerate(cap.leaves)}
+        for ref, (node, index) in state.seen.values():
+            pos = by_leaf.get((id(node), index))
+            if pos is not None and node.placeholder is None:
+                handles.setdefault(pos, []).append(ref)
+        return _Trace(plan, chosen, cap.leaves, handles, out_spec, len(out_leaves), rebound)
+
+    def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> list[Any]:
+        refs: list[Ref] = []
+        for pos, (node, index) in enumerate(trace.leaves):
+            if node.placeholder is not None:
+                refs.append(arg_leaves[node.placeholder]._ref())
+                continue
+            current: Ref = (node, index)
+            for ref in trace.handles.get(pos, []):
+                handle = ref()
+                if handle is not None and handle.type == node.types[index]:
+                    current = (handle._node, handle._index)
+                    break
+            refs.append(current)
+        realize_refs(refs)
+        return leaf_buffers(refs, trace.backend)
+
+    def _run(self, trace: _Trace, args: Any, arg_leaves: list[Tensor]) -> Any:
+        buffers = self._inputs(trace, arg_leaves)
+        donated = frozenset(
+            pos for pos, (node, _) in enumerate(trace.leaves)
+            if node.placeholder is not None and _arg_position(args, arg_leaves[node.placeholder])
+            in self.donate
+        )
+        outputs = trace.backend.run(trace.plan.executable, buffers, donated=donated)
+        stats.cache_hits += 1
+        for pos in donated:
+            arg_leaves[trace.leaves[pos][0].placeholder or 0]._node.deleted = True
+        results = [Tensor(Node.from_buffer(buf, t, trace.backend)) for buf, t in
+                   zip(outputs[: trace.n_outputs], trace.plan.function.outputs, strict=False)]
+        for ref, buf, value in zip(trace.rebound, outputs[trace.n_outputs :],
+                                   trace.plan.function.outputs[trace.n_outputs :], strict=True):
+            handle = ref()
+            if handle is not None:
+                node = Node.from_buffer(buf, value.type, trace.backend)
+                handle._node, handle._index = node, 0
+        return _unflatten(trace.out_spec, results)
+
+
+
+
+
+def _arg_position(args: Any, tensor: Tensor) -> int:
+    for i, a in enumerate(args):
+        if a is tensor:
+            return i
+    return -1
+
+
+def spec_key(spec: Any) -> Any:
+    """A hashable form of a flattened argument structure (static values must be hashable)."""
+    try:
+        hash(spec)
+    except TypeError as error:
+        raise TraceError(
+            f"compile: a non-tensor argument is not hashable ({error}); pass tensors or "
+            "hashable Python values"
+        ) from None
+    return spec
+
+
+def compile(fn: Callable[P, R] | None = None, *, donate: Sequence[int] = ()) -> Any:
+    """Trace `fn` once per input signature and replay the compiled plan afterwards.
+
+    Args:
+        fn: a function of tensors (and hashable static values) returning a pytree of tensors.
+        donate: positions of tensor arguments whose buffers the call may overwrite; using such
+            a tensor after the call raises.
+
+    Returns:
+        A `CompiledFunction` (or a decorator when `fn` is omitted).
+    """
+    if fn is None:
+        return functools.partial(compile, donate=donate)
+    return CompiledFunction(fn, donate)
