@@ -9,6 +9,7 @@ Nothing here runs a backend; see `runner`.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import zlib
@@ -255,7 +256,8 @@ def load_entry_point_sources() -> list[str]:
 
 
 def _load_builtin() -> None:
-    from . import cases as _builtin  # noqa: F401  (registers the built-in sources)
+    # NOTE: by module path: the package attribute `cases` is the decorator, not the subpackage.
+    importlib.import_module(f"{__package__}.cases")  # registers the built-in sources
 
 
 def all_cases(mode: str = "test") -> list[Case]:

@@ -115,7 +115,7 @@ def _ordered(x: Array) -> Array:
     """Float bits mapped to integers whose order is the float order (-0.0 and 0.0 map to 0)."""
     bits = x.dtype.itemsize * 8
     signed = {16: np.int16, 32: np.int32, 64: np.int64}[bits]
-    raw = np.ascontiguousarray(x).view(signed).astype(np.int64)
+    raw = np.array(x, order="C").view(signed).astype(np.int64)
     magnitude = raw & ((1 << (bits - 1)) - 1)
     return np.where(raw < 0, -magnitude, magnitude)
 

@@ -41,12 +41,19 @@ def edge_values(dtype: DType) -> Array:
         return np.array(raw, dtype=np.float64).astype(dtype.np)
 
 
+def _finfo(dtype: DType) -> Any:
+    # ml_dtypes.finfo knows bfloat16 and defers to numpy for the standard types.
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype.np)
+
+
 def _finfo_max(dtype: DType) -> Any:
-    return np.finfo(dtype.np).max
+    return _finfo(dtype).max
 
 
 def _finfo_tiny(dtype: DType) -> Any:
-    return np.finfo(dtype.np).smallest_normal
+    return _finfo(dtype).smallest_normal
 
 
 def _dense(type: Any) -> TensorType:
@@ -174,7 +181,7 @@ def fill(rng: np.random.Generator, type: Any, how: str | FillFn) -> Array:
                 f"conformance: unknown fill {how!r} (expected one of {', '.join(FILLS)})"
             )
         how = FILLS[how]
-    out = np.ascontiguousarray(how(rng, type))
+    out = np.array(how(rng, type), order="C")  # a fresh C-ordered array (0-d stays 0-d)
     if isinstance(type, QTensorType):
         shape, dtype = type.storage_shape, np.dtype(np.uint8)
     else:

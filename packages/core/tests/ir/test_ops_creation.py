@@ -147,13 +147,17 @@ def test_rng_uniform_float64_uses_both_words() -> None:
         assert out[i] == mantissa / 2.0**52
 
 
-def test_rng_normal_recipe() -> None:
+@pytest.mark.parametrize("dtype", dtypes.FLOATING, ids=str)
+def test_rng_normal_recipe(dtype: dtypes.DType) -> None:
     k = key(9, 9)
-    out = run("rng", k, shape=(8,), dtype=dtypes.float32, distribution="normal", stream=1)
-    w0, w1 = threefry2x32(k[0], k[1], np.arange(8, dtype=np.uint32), 1)
+    out = run("rng", k, shape=(64,), dtype=dtype, distribution="normal", stream=1)
+    w0, w1 = threefry2x32(k[0], k[1], np.arange(64, dtype=np.uint32), 1)
     u1, u2 = w0 / 2.0**32, w1 / 2.0**32
     expected = np.sqrt(-2 * np.log(1 - u1)) * np.cos(2 * np.pi * u2)
-    np.testing.assert_array_equal(out, expected.astype(np.float32))
+    if dtype != dtypes.float64:
+        expected = expected.astype(np.float32)
+    assert out.dtype == dtype.np
+    np.testing.assert_array_equal(out, expected.astype(dtype.np))
 
 
 def test_rng_determinism_and_streams() -> None:

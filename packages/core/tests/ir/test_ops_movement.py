@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omnitensor import dtypes
 from omnitensor.errors import DTypeError, OmnitensorError, ShapeError
@@ -166,7 +168,7 @@ def test_transpose_errors(perm: tuple[int, ...]) -> None:
 def test_slice(shape: tuple[int, ...], start: tuple[int, ...], limit: tuple[int, ...],
                stride: tuple[int, ...]) -> None:
     x = arange(*shape)
-    expected = x[tuple(slice(a, b, s) for a, b, s in zip(start, limit, stride))]
+    expected = x[tuple(slice(a, b, s) for a, b, s in zip(start, limit, stride, strict=True))]
     assert infer("slice", t(*shape), start=start, limit=limit, stride=stride) == t(
         *expected.shape
     )
@@ -327,3 +329,69 @@ def test_every_dtype_moves_exactly(dtype: dtypes.DType) -> None:
     pad_value = np.asarray(1, dtype.np)
     out = run("pad", x, pad_value, low=(1, 0), high=(0, 1), interior=(0, 0))
     assert out.dtype == dtype.np and out.shape == (3, 4)
+
+
+# --- properties --------------------------------------------------------------------------------
+
+
+@st.composite
+def _slices(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                      tuple[int, ...]]:
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=3)))
+    start, limit, stride = [], [], []
+    for d in shape:
+        a = draw(st.integers(0, d))
+        start.append(a)
+        limit.append(draw(st.integers(a, d)))
+        stride.append(draw(st.integers(1, 4)))
+    return shape, tuple(start), tuple(limit), tuple(stride)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(_slices())
+def test_slice_matches_numpy(
+    case: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+) -> None:
+    shape, start, limit, stride = case
+    x = arange(*shape)
+    expected = x[tuple(slice(a, b, s) for a, b, s in zip(start, limit, stride, strict=True))]
+    assert infer("slice", t(*shape), start=start, limit=limit, stride=stride).shape == (
+        expected.shape
+    )
+    np.testing.assert_array_equal(run("slice", x, start=start, limit=limit, stride=stride),
+                                  expected)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(-4, 3), st.integers(-4, 3),
+                       st.integers(0, 2)), min_size=1, max_size=3)
+)
+def test_pad_matches_construction(dims: list[tuple[int, int, int, int]]) -> None:
+    shape = tuple(d[0] for d in dims)
+    low, high, interior = (tuple(d[i] for d in dims) for i in (1, 2, 3))
+    if any(n + lo + hi + max(n - 1, 0) * i < 0 for n, lo, hi, i in dims):
+        with pytest.raises(ShapeError, match="pad: negative result size"):
+            infer("pad", t(*shape), t(), low=low, high=high, interior=interior)
+        return
+    x = arange(*shape) + 1
+    out = run("pad", x, np.asarray(-1, np.float32), low=low, high=high, interior=interior)
+    np.testing.assert_array_equal(out, _pad_expected(x, -1, low, high, interior))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.integers(1, 3), min_size=0, max_size=3), st.data())
+def test_broadcast_in_dim_matches_numpy(shape: list[int], data: st.DataObject) -> None:
+    rank = data.draw(st.integers(len(shape), len(shape) + 2))
+    dims = tuple(sorted(data.draw(st.permutations(range(rank)))[: len(shape)]))
+    out_shape = [data.draw(st.integers(1, 3)) for _ in range(rank)]
+    for i, d in enumerate(dims):
+        out_shape[d] = shape[i]
+    operand_shape = tuple(1 if data.draw(st.booleans()) else n for n in shape)
+    x = arange(*operand_shape)
+    expanded = [1] * rank
+    for i, d in enumerate(dims):
+        expanded[d] = operand_shape[i]
+    expected = np.broadcast_to(x.reshape(expanded), out_shape)
+    out = run("broadcast_in_dim", x, shape=tuple(out_shape), dims=dims)
+    np.testing.assert_array_equal(out, expected)

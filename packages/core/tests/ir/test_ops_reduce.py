@@ -1,4 +1,4 @@
-"""Reductions: shape rules, error messages, accumulation, wrapping, NaN and empty-input semantics."""
+"""Reductions: shape rules, errors, accumulation, wrapping, NaN and empty-input semantics."""
 
 from __future__ import annotations
 

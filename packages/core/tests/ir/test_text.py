@@ -205,8 +205,10 @@ def test_list_attribute_prints_as_tuple() -> None:
 
 @pytest.mark.usefixtures("probe_ops")
 def test_hand_written_program_round_trips() -> None:
-    text = """\
-func @main(%0: f32[2,3] param "w", %1: i32[] data, %2: q8_0[4,32] state "k\\"v") -> (f32[2,3], i32[2,3]) {
+    text = (
+        'func @main(%0: f32[2,3] param "w", %1: i32[] data, %2: q8_0[4,32] state "k\\"v") '
+        "-> (f32[2,3], i32[2,3]) {\n"
+    ) + """\
   %3 = add(%0, %0) : f32[2,3]
   %4, %5 = _probe2(%3) {k=2} : f32[2,3], i32[2,3]
   %6 = _qprobe(%2) : f32[4,32]
@@ -340,7 +342,8 @@ def _parse_error(text: str) -> ParseError:
 @pytest.mark.parametrize(
     ("body", "line", "column", "message"),
     [
-        ("  %1 = ad(%0, %0) : f32[2]\n  return %1\n}", 2, 8, r"unknown op 'ad'; did you mean .*add"),
+        ("  %1 = ad(%0, %0) : f32[2]\n  return %1\n}", 2, 8,
+         r"unknown op 'ad'; did you mean .*add"),
         ("  %1 = add(%0, %9) : f32[2]\n  return %1\n}", 2, 16, r"%9 is used before"),
         ("  %1 = add(%0, %0) : f32[3]\n  return %1\n}", 2, 20, r"result types differ"),
         ("  %1 = add(%0, %0) : f32[2], f32[2]\n  return %1\n}", 2, 20, r"result types differ"),

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever `sys.stderr` is at emit time (tests and pipes replace it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

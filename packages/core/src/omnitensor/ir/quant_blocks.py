@@ -152,8 +152,9 @@ def _make_qkx2_quants(x: Array, weights: Array, nmax: int, rmin: float, rdelta: 
     diff = (scale[:, None] * levels.astype(_F32) + lo[:, None]) - x
     best_error = _seq_sum(weights * (diff * diff))
     for step in range(nstep + 1):
-        # NOTE: ggml updates `min` inside this loop, so later candidates are measured from the
-        # best minimum found so far; `lo` below follows it.
+        # NOTE: ggml updates `min` inside this loop, so later candidates (their span and their
+        # offset) are measured from the best minimum found so far; `lo` follows it.
+        span = np.where(flat, _F32(1), hi - lo)
         iscale = (_F32(rmin) + _F32(rdelta) * _F32(step) + nmax_f) / span
         aux = np.clip(_nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(_F32)
         weighted = weights * aux

@@ -404,7 +404,8 @@ class _Parser:
                 raise self.error(token, f"bad hex bytes ({exc})") from exc
             if len(raw) != type.nbytes:
                 raise self.error(
-                    token, f"dense {type}: wrong byte count (got {len(raw)}, expected {type.nbytes})"
+                    token,
+                    f"dense {type}: wrong byte count (got {len(raw)}, expected {type.nbytes})",
                 )
             return np.frombuffer(raw, dtype=np_dtype).reshape(type.shape).copy()
         token = self.peek()

@@ -287,6 +287,10 @@ class Rewriter:
         self._add_uses(inst)
         inst.version += 1
         self._notify(inst)
+        # Users' patterns look at this instruction (one level up), so they are revisited too.
+        for v in inst.results:
+            for user_id in self._users.get(v.id, {}):
+                self._notify(self._insts[user_id])
 
     def _add_uses(self, inst: Instruction) -> None:
         for v in inst.operands:

@@ -38,6 +38,7 @@ class _Plan:
     layout: list[tuple[Any, ...]] = field(default_factory=list)
     dynamic: dict[int, Any] = field(default_factory=dict)  # dim -> 0-d tensor start
     advanced: Any = None  # (index array/tensor, span)
+    int_dims: list[int] = field(default_factory=list)  # axes indexed by an integer
 
 
 def _is_int_tensor0(item: Any) -> bool:
@@ -127,6 +128,7 @@ def _plan(x: Tensor, key: Any) -> _Plan:
             plan.stride.append(step)
             plan.layout.append(("dim", dim))
         elif _is_int_tensor0(item):
+            plan.int_dims.append(dim)
             plan.dynamic[dim] = item
             plan.start.append(0)
             plan.limit.append(1)
@@ -136,6 +138,7 @@ def _plan(x: Tensor, key: Any) -> _Plan:
             if not -size <= index < size:
                 raise ShapeError(f"index: {index} is out of range for axis {dim} of size {size}")
             index %= size
+            plan.int_dims.append(dim)
             plan.start.append(index)
             plan.limit.append(index + 1)
             plan.stride.append(1)
@@ -214,7 +217,17 @@ class TensorIndexing:
         if plan.advanced is None:
             return out
         index, span = plan.advanced
-        return _gather(out, position, index, span)
+        gathered = _gather(out, position, index, span)
+        adv_dim = next(e[1] for e in plan.layout if e[0] == "adv")
+        advanced_dims = sorted(plan.int_dims + list(range(adv_dim, adv_dim + span)))
+        if advanced_dims != list(range(advanced_dims[0], advanced_dims[-1] + 1)):
+            # NumPy: advanced indices (ints count as such) split by a slice put the indexed
+            # dimensions first.
+            count = gathered.ndim - out.ndim + 1
+            order = list(range(position, position + count)) + [
+                d for d in range(gathered.ndim) if not position <= d < position + count]
+            gathered = gathered.permute(*order)
+        return gathered
 
     def __setitem__(self, key: Any, value: Any) -> None:
         from .creation import full
@@ -225,6 +238,7 @@ class TensorIndexing:
         if isinstance(key, Tensor) and key.dtype.is_bool and key.shape == me.shape:
             result = where(key, value, me).astype(me.dtype)
             me._node, me._index = result._node, result._index
+            me._grad_fn = result._grad_fn  # the rebound value's gradient history
             return
         items = _expand(key, me.ndim)
         simple = all(
@@ -259,6 +273,7 @@ class TensorIndexing:
             mask[flat_pos] = True
             result = where(as_tensor(mask), scattered, me.reshape(-1)).reshape(me.shape)
         me._node, me._index = result._node, result._index
+        me._grad_fn = result._grad_fn  # the rebound value's gradient history
 
 
 def _static_key(items: list[Any]) -> tuple[Any, ...]:

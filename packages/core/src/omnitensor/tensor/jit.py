@@ -134,6 +134,11 @@ class CompiledFunction(Generic[P, R]):
                    if (t := ref()) is not None and (t._node, t._index) != first]
         roots = [t._ref() for t in out_leaves] + [
             (t._node, t._index) for ref in rebound if (t := ref()) is not None]
+        for ref, first in state.seen.values():
+            handle = ref()
+            if handle is not None and any(ref is r for r in rebound):
+                # the call itself rebinds it after running; until then it holds its old value
+                handle._node, handle._index = first
         cap = capture(roots, name=getattr(self.fn, "__name__", "compiled"))
         chosen = backend or pick_backend(roots)
         stats.cache_misses += 1
@@ -173,7 +178,7 @@ class CompiledFunction(Generic[P, R]):
         stats.cache_hits += 1
         for pos in donated:
             arg_leaves[trace.leaves[pos][0].placeholder or 0]._node.deleted = True
-        results = [Tensor(Node.from_buffer(buf, t, trace.backend)) for buf, t in
+        results = [Tensor(Node.from_buffer(buf, t.type, trace.backend)) for buf, t in
                    zip(outputs[: trace.n_outputs], trace.plan.function.outputs, strict=False)]
         for ref, buf, value in zip(trace.rebound, outputs[trace.n_outputs :],
                                    trace.plan.function.outputs[trace.n_outputs :], strict=True):

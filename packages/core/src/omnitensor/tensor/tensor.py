@@ -41,13 +41,15 @@ class Tensor(TensorMath, TensorIndexing):
     when read (`numpy`, `item`, `tolist`, `repr`, `realize`) or when a compiled function returns.
     """
 
-    __slots__ = ("__weakref__", "_index", "_node")
+    __slots__ = ("__weakref__", "_grad_fn", "_index", "_node", "grad")
 
     __array_priority__ = 100  # numpy defers binary operators to Tensor
 
     def __init__(self, node: Node, index: int = 0) -> None:
         self._node = node
         self._index = index
+        self._grad_fn: Any = None  # autograd node when this value requires grad
+        self.grad: Tensor | None = None
 
     # --- construction helpers ---------------------------------------------------------------
 
@@ -56,6 +58,10 @@ class Tensor(TensorMath, TensorIndexing):
         """Record ``op(*inputs, **attrs)`` and return its (single) result."""
         node = record(op, [t._ref() for t in inputs], attrs)
         out = cls(node, 0)
+        for t in inputs:  # autograd records only when some operand requires grad
+            if t._grad_fn is not None:
+                _grad_hook(op, inputs, (out,))
+                break
         if _eager() and tracing.get() is None:
             out.realize()
         return out
@@ -64,6 +70,10 @@ class Tensor(TensorMath, TensorIndexing):
     def _apply_multi(cls, op: str, *inputs: Tensor, **attrs: Any) -> tuple[Tensor, ...]:
         node = record(op, [t._ref() for t in inputs], attrs)
         outs = tuple(cls(node, i) for i in range(len(node.types)))
+        for t in inputs:
+            if t._grad_fn is not None:
+                _grad_hook(op, inputs, outs)
+                break
         if _eager() and tracing.get() is None:
             realize(*outs)
         return outs
@@ -78,6 +88,8 @@ class Tensor(TensorMath, TensorIndexing):
         """A zero-copy view of a realized value where the backend allows, else a lazy op."""
         node = self._node
         opdef = get_op(op)
+        if self._grad_fn is not None:  # recorded for autograd: go through `_apply`
+            return Tensor._apply(op, self, **attrs)
         if node.is_leaf and node.placeholder is None and opdef.has(Trait.VIEW):
             full = opdef.attr_defaults(attrs)
             if node.backend is None and node.host is not None:
@@ -235,6 +247,75 @@ class Tensor(TensorMath, TensorIndexing):
         """The same value, cut from any gradient tape."""
         return Tensor(self._node, self._index)
 
+    # --- autograd (omnitensor.autograd does the work) -------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool:
+        """True when operations on this tensor are recorded for `backward`."""
+        return self._grad_fn is not None
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        from ..autograd.engine import Leaf
+
+        if not flag:
+            if self._grad_fn is not None and not isinstance(self._grad_fn, Leaf):
+                raise OmnitensorError(
+                    "requires_grad: only leaf tensors can stop requiring grad; use detach()")
+            self._grad_fn = None
+            return
+        if not self.dtype.is_floating:
+            raise DTypeError(
+                f"requires_grad: only float tensors can require grad (got {self.dtype}); "
+                "convert with astype first")
+        if self._grad_fn is None:
+            self._grad_fn = Leaf(self)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        """Set `requires_grad` in place; returns self."""
+        self.requires_grad = flag
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """True unless this tensor was computed by a recorded op."""
+        from ..autograd.engine import Leaf
+
+        return self._grad_fn is None or isinstance(self._grad_fn, Leaf)
+
+    @property
+    def grad_fn(self) -> Any:
+        """The autograd node that produced this tensor (None for leaves and constants)."""
+        from ..autograd.engine import Leaf
+
+        return None if isinstance(self._grad_fn, Leaf) else self._grad_fn
+
+    def backward(self, gradient: TensorLike | None = None, *, create_graph: bool = False
+                 ) -> None:
+        """Accumulate gradients of this tensor into ``.grad`` of the leaves that require grad.
+
+        Args:
+            gradient: cotangent of this tensor (default: ones, for a one-element tensor).
+            create_graph: record the backward pass too (higher-order gradients).
+        """
+        from ..autograd.engine import backward
+
+        backward(self, None if gradient is None else as_tensor(gradient),
+                 create_graph=create_graph)
+
+
+def _bind_grad_hook(op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+    from ..autograd.engine import record_op
+
+    global _grad_hook
+    _grad_hook = record_op
+    record_op(op, inputs, outputs)
+
+
+#: Called by `_apply` when an operand requires grad (only possible once autograd is imported);
+#: it binds itself to `omnitensor.autograd.engine.record_op` on first use.
+_grad_hook: Any = _bind_grad_hook
+
 
 def realize(*tensors: Tensor) -> None:
     """Realize several tensors in one program."""
@@ -248,9 +329,8 @@ def as_tensor(value: TensorLike, dtype: DType | None = None) -> Tensor:
     from .interop import from_numpy
 
     if isinstance(value, (bool, int, float)):
-        from .creation import full
-
-        return full((), value, dtype=dtype or dt.result_type(value))
+        target = dtype or dt.result_type(value)
+        return from_numpy(np.asarray(value, dtype=target.np), copy=False)
     array = np.asarray(value)
     if dtype is not None:
         array = array.astype(dtype.np)

@@ -160,8 +160,10 @@ class RngView(OpView):
       of 1.0 and subtracting 1.0).
     - ``"normal"`` (float dtypes, standard normal): Box-Muller on ``u1 = w0 * 2**-32`` and
       ``u2 = w1 * 2**-32`` (exact in float64): ``sqrt(-2 * log(1 - u1)) * cos(2 * pi * u2)``,
-      evaluated in float64 and rounded once to `dtype`. ``1 - u1 >= 2**-32``, so the result is
-      finite and ``|z| <= 6.67``. Backends may differ within the op's ULP budget here only.
+      evaluated in float64; float64 returns it, the other dtypes round it to float32 and then
+      (float16/bfloat16) from float32 to `dtype`, nearest-even each time. ``1 - u1 >= 2**-32``,
+      so the result is finite and ``|z| <= 6.67``. Only here may backends differ (within the
+      op's ULP budget: log and cos need not be correctly rounded).
 
     `stream` (a uint32) separates independent draws from one key. Keys are derived by the
     tensor layer: ``split(key, n)`` is ``rng(key, shape=(n, 2), dtype=uint32,
@@ -234,6 +236,10 @@ class RngView(OpView):
         u1 = w0.astype(np.float64) * 2.0**-32
         u2 = w1.astype(np.float64) * 2.0**-32
         z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(2.0 * np.pi * u2)
+        if dtype != float64:
+            # The documented float32 step: ml_dtypes rounds float64 -> bfloat16 through float32
+            # anyway, and saying so keeps float16 and bfloat16 on one rule.
+            z = z.astype(np.float32)
         return z.astype(dtype.np).reshape(shape)
 
 

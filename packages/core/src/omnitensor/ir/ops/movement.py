@@ -216,7 +216,7 @@ class ConcatenateView(OpView):
                 )
             same_rank = x.ndim == first.ndim
             if not same_rank or any(
-                a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != ax
+                a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != ax
             ):
                 raise ShapeError(
                     f"{op}: shapes differ outside axis {ax} (got {first.shape} and {x.shape}, "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...dtypes import DType
 from ...ir.program import Instruction
 from ...ir.types import TensorType, Value
@@ -39,22 +41,37 @@ def _dense(value: Value) -> TensorType | None:
 # --- arithmetic identities --------------------------------------------------------------------
 
 
+def _is_zero(rw: Rewriter, value: Value, *, negative: bool) -> bool:
+    """`value` is a splat zero that is an exact identity of add (`negative`) or sub.
+
+    For floats only -0.0 is an additive identity (``-0.0 + 0.0`` is ``+0.0``), and only +0.0
+    is one of subtraction; integer and bool zeros have no sign.
+    """
+    found = splat_value(rw, value)
+    if found is None or not bool(found == 0):
+        return False
+    t = _dense(value)
+    if t is None or not t.dtype.is_floating:
+        return True
+    return bool(np.signbit(np.float64(found))) == negative
+
+
 @pattern("add_zero", pass_name=PASS_NAME, ops=("add",))
 def add_zero(rw: Rewriter, inst: Instruction) -> bool:
-    """add(x, 0) -> x and add(0, x) -> x (the sign of a zero sum is not kept, as in XLA)."""
+    """add(x, 0) -> x and add(0, x) -> x (for floats only -0.0, which keeps x = -0.0 exact)."""
     v = view("add", inst)
-    if _is_splat(rw, v.rhs, 0):
+    if _is_zero(rw, v.rhs, negative=True):
         return _forward(rw, inst, v.lhs)
-    if _is_splat(rw, v.lhs, 0):
+    if _is_zero(rw, v.lhs, negative=True):
         return _forward(rw, inst, v.rhs)
     return False
 
 
 @pattern("sub_zero", pass_name=PASS_NAME, ops=("sub",))
 def sub_zero(rw: Rewriter, inst: Instruction) -> bool:
-    """sub(x, 0) -> x (exact, -0.0 - 0 is -0.0)."""
+    """sub(x, 0) -> x (for floats only +0.0: x - (-0.0) turns -0.0 into +0.0)."""
     v = view("sub", inst)
-    return _is_splat(rw, v.rhs, 0) and _forward(rw, inst, v.lhs)
+    return _is_zero(rw, v.rhs, negative=False) and _forward(rw, inst, v.lhs)
 
 
 @pattern("mul_one", pass_name=PASS_NAME, ops=("mul",))
@@ -84,10 +101,12 @@ def _integer(value: Value) -> TensorType | None:
 def mul_zero_int(rw: Rewriter, inst: Instruction) -> bool:
     """mul(x, 0) -> 0 for integers (for floats NaN * 0 is NaN, so it stays)."""
     v = view("mul", inst)
-    t = _integer(inst.result)
-    if t is None or not (_is_splat(rw, v.rhs, 0) or _is_splat(rw, v.lhs, 0)):
+    if _integer(inst.result) is None:
         return False
-    return _forward(rw, inst, rw.splat(inst, 0, t))
+    for zero in (v.rhs, v.lhs):
+        if _is_splat(rw, zero, 0):
+            return _forward(rw, inst, zero)  # the zero operand already has the result's type
+    return False
 
 
 @pattern("sub_self_int", pass_name=PASS_NAME, ops=("sub",))
