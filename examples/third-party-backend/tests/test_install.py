@@ -90,9 +90,7 @@ def test_installed_toy_backend_is_discovered_selected_and_runs(tmp_path: Path) -
     assert doc["close"]
     assert doc["unsupported"] and "sin" in doc["unsupported"] and "toy" in doc["unsupported"]
     assert "using backend 'toy'" in result.stderr  # the choice is logged at WARNING
-    listing = _run(
-        [str(python), "-c", "import sys; from omnitensor.cli import main; sys.exit(main(['backends']))"],
-        env=env, cwd=tmp_path,
-    )
+    cli = "import sys; from omnitensor.cli import main; sys.exit(main(['backends']))"
+    listing = _run([str(python), "-c", cli], env=env, cwd=tmp_path)
     assert listing.returncode == 0, listing.stdout + listing.stderr
     assert "* toy" in listing.stdout and "omnitensor-backend-toy 0.1.0" in listing.stdout

@@ -168,6 +168,8 @@ class _Source:
 _SOURCES: dict[str, _Source] = {}
 _OP_SAMPLES: dict[str, list[Callable[[DType], Iterable[Sample]]]] = {}
 _ENTRY_POINTS_LOADED = False
+#: mode -> cases; cleared whenever a source or sample function is registered.
+_CACHE: dict[str, list[Case]] = {}
 #: Entry-point group through which other distributions add case sources: each entry point names
 #: a module that calls `register_case_source` or `@cases` when imported.
 ENTRY_POINT_GROUP = "omnitensor_conformance.cases"
@@ -200,6 +202,7 @@ def register_case_source(name: str, fn: CaseSource, *, mode: str = "test",
             f"replace it"
         )
     _SOURCES[name] = _Source(name, fn, mode)
+    _CACHE.clear()
     return fn
 
 
@@ -217,6 +220,7 @@ def cases(*ops: str) -> Callable[[Callable[[DType], Iterable[Sample]]],
     def register(fn: Callable[[DType], Iterable[Sample]]) -> Callable[[DType], Iterable[Sample]]:
         for op in ops:
             _OP_SAMPLES.setdefault(op, []).append(fn)
+        _CACHE.clear()
         return fn
 
     return register
@@ -268,6 +272,8 @@ def all_cases(mode: str = "test") -> list[Case]:
     """
     _load_builtin()
     load_entry_point_sources()
+    if mode in _CACHE:
+        return list(_CACHE[mode])
     seen: dict[str, Case] = {}
     for source in list(_SOURCES.values()):
         if source.mode != mode:
@@ -279,7 +285,8 @@ def all_cases(mode: str = "test") -> list[Case]:
                     f"{seen[case.id].source!r} and {source.name!r}); rename one sample"
                 )
             seen[case.id] = case
-    return list(seen.values())
+    _CACHE[mode] = list(seen.values())
+    return list(_CACHE[mode])
 
 
 def find_case(case_id: str, mode: str = "test") -> Case:

@@ -158,6 +158,13 @@ def _worst(flags: Array, score: Array, actual: Array, expected: Array, what: str
 
 def compare(actual: Array, expected: Array, tol: Tolerance,
             mask: Array | None = None) -> Mismatch | None:
+    """Compare one backend output with the reference output (see `_compare`)."""
+    with np.errstate(all="ignore"):
+        return _compare(actual, expected, tol, mask)
+
+
+def _compare(actual: Array, expected: Array, tol: Tolerance,
+             mask: Array | None = None) -> Mismatch | None:
     """Compare one backend output with the reference output.
 
     Args:

@@ -207,7 +207,7 @@ def _median_time(fn: Any, repeats: int) -> float:
     return float(np.median(times))
 
 
-def time_case(backend: Backend, case: Case, *, seed: int, repeats: int = 5) -> Timing:
+def time_case(backend: Backend, case: Case, *, seed: int, repeats: int = 3) -> Timing:
     """Time `case` on `backend` (compiled and uploaded once, one warm-up) and on the reference.
 
     Raises:

@@ -48,6 +48,12 @@ from .tensor.math import stack as stack
 from .tensor.math import where as where
 from .tensor.tensor import Tensor as Tensor
 from .tensor.tensor import realize as realize
+from .autograd import enable_grad as enable_grad
+from .autograd import grad as grad
+from .autograd import no_grad as no_grad
+from .autograd import value_and_grad as value_and_grad
+from . import functional as functional
+from . import nn as nn
 
 __version__ = "0.1.0"
 
@@ -58,4 +64,5 @@ __all__ = [
     "linspace", "list_backends", "manual_seed", "matmul", "maximum", "minimum", "ones",
     "ones_like", "rand", "randn", "realize", "split_key", "stack", "tensor", "uint32", "uint8",
     "use_backend", "where", "zeros", "zeros_like",
+    "enable_grad", "grad", "no_grad", "value_and_grad", "functional", "nn",
 ]

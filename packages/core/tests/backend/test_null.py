@@ -17,7 +17,8 @@ def test_records_compiles_and_runs_and_returns_typed_zeros() -> None:
     backend = NullBackend()
     backend.check(fn)
     exe = backend.compile(fn)
-    outs = backend.run(exe, [np.ones((2, 3), np.float32), np.ones(4, np.int32)], donated=frozenset({1}))
+    inputs = [np.ones((2, 3), np.float32), np.ones(4, np.int32)]
+    outs = backend.run(exe, inputs, donated=frozenset({1}))
     assert backend.compiled == [fn]
     assert len(backend.runs) == 1 and backend.runs[0][2] == frozenset({1})
     assert outs[0].dtype == np.float32 and outs[0].shape == (2, 3) and not outs[0].any()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -11,6 +12,8 @@ from omnitensor.backend import BackendSpec, FunctionalAlternative, hookimpl, reg
 from omnitensor.backend.contract import CONTRACT_VERSION, Backend
 from omnitensor.backend.null import NullBackend, null_plugin
 from omnitensor.errors import BackendNotInstalledError, BackendUnavailableError, PluginError
+
+Install = Callable[[dict[str, str]], None]
 
 GOOD = """
     from omnitensor.backend import BackendSpec, hookimpl
@@ -40,7 +43,7 @@ def test_core_alone_raises_not_installed_naming_distributions() -> None:
     assert registry.list_backends() == []
 
 
-def test_core_alone_with_no_entry_points(fake_entry_points) -> None:  # type: ignore[no-untyped-def]
+def test_core_alone_with_no_entry_points(fake_entry_points: Install) -> None:
     fake_entry_points({})
     with pytest.raises(BackendNotInstalledError, match="pip install omnitensor-backend-cpu"):
         registry.current_backend_name()
@@ -244,7 +247,7 @@ def test_use_backend_is_thread_local() -> None:
 # --- broken, incompatible and disabled plugins -------------------------------------------------
 
 
-def test_broken_plugins_listed_with_reasons_while_others_work(fake_entry_points) -> None:  # type: ignore[no-untyped-def]
+def test_broken_plugins_listed_with_reasons_while_others_work(fake_entry_points: Install) -> None:
     fake_entry_points({
         "good": GOOD,
         "importfail": "import does_not_exist_anywhere\n",
@@ -326,7 +329,7 @@ def test_broken_plugins_listed_with_reasons_while_others_work(fake_entry_points)
 
 
 def test_disabled_plugins_are_skipped(
-    fake_entry_points, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    fake_entry_points: Install, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OMNITENSOR_DISABLE_PLUGINS", "good, other")
     fake_entry_points({"good": GOOD, "explode": "raise SystemError('never imported')\n"})
@@ -423,9 +426,7 @@ def test_wrapper_replaces_backend_and_broken_wrapper_is_skipped() -> None:
     class Wrapper:
         @hookimpl
         def omnitensor_wrap_backend(self, backend: Backend) -> Backend:
-            wrapped = NullBackend("n")
-            wrapped.compiled.append("marker")  # type: ignore[arg-type]
-            return wrapped
+            return NullBackend(f"wrapped-{backend.name}")
 
     class Broken:
         @hookimpl
@@ -436,7 +437,7 @@ def test_wrapper_replaces_backend_and_broken_wrapper_is_skipped() -> None:
     registry.register_plugin(Broken(), "broken")
     registry.register_plugin(Wrapper(), "wrapper")
     backend = registry.get_backend("n")
-    assert isinstance(backend, NullBackend) and backend.compiled == ["marker"]
+    assert isinstance(backend, NullBackend) and backend.name == "wrapped-n"
     assert registry.backend_passes("n") == []  # the broken plugin's hooks are not called again
 
 
@@ -450,3 +451,22 @@ def test_prepare_weight_error_names_plugin() -> None:
     with pytest.raises(PluginError, match="plugin 'bad'") as info:
         registry.prepare_weight(NullBackend(), "w", None, None)
     assert info.value.plugin == "bad"
+
+
+# --- the real environment ----------------------------------------------------------------------
+
+
+def test_installed_environment_is_consistent() -> None:
+    """With installed entry points: none -> a clear not-installed error; some -> a listing."""
+    from importlib import metadata
+
+    registry.reset()
+    if not list(metadata.entry_points(group=registry.ENTRY_POINT_GROUP)):  # core alone
+        with pytest.raises(BackendNotInstalledError) as info:
+            registry.get_backend()
+        assert "pip install omnitensor-backend-cpu" in str(info.value)
+        assert registry.list_backends() == []
+    else:
+        infos = registry.list_backends()
+        assert infos and all(i.available or i.reason for i in infos)
+        assert sum(i.selected for i in infos) <= 1

@@ -35,7 +35,8 @@ def test_ops_md_is_up_to_date() -> None:
     expected = render_ops_markdown()
     if current != expected:
         old, new = current.splitlines(), expected.splitlines()
-        line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        pairs = enumerate(zip(old, new, strict=False))
+        line = next((i for i, (a, b) in pairs if a != b), min(len(old), len(new)))
         pytest.fail(
             f"docs/reference/ops.md is stale (first difference at line {line + 1}); regenerate it "
             f"from the repository root with: {FIX}",
@@ -84,16 +85,18 @@ def test_cli_ops(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == render_ops_markdown()
 
 
-def test_cli_rewrites_without_optimizer(monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rewrites_without_optimizer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "omnitensor.optimizer.registry", None)
     assert render_rewrites() == "no rewrite patterns registered\n"
     assert main(["patterns", "--rewrites"]) == 0
     assert capsys.readouterr().out == "no rewrite patterns registered\n"
 
 
-def test_cli_rewrites_lists_patterns(monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rewrites_lists_patterns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake = types.ModuleType("omnitensor.optimizer.registry")
     pattern = types.SimpleNamespace(name="add_zero", pass_name="canonicalize", doc="add(x, 0) -> x")
     fake.all_patterns = lambda: [pattern]  # type: ignore[attr-defined]
@@ -104,8 +107,9 @@ def test_cli_rewrites_lists_patterns(monkeypatch: pytest.MonkeyPatch,
     assert "canonicalize  add_zero  add(x, 0) -> x" in out
 
 
-def test_verbs_and_missing_verb_modules(monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_verbs_and_missing_verb_modules(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert {"backends", "patterns", "conformance"} <= set(main_module.VERBS)
     monkeypatch.setattr(main_module, "VERBS", ("no_such_verb", "patterns"))
     parser = main_module.build_parser()

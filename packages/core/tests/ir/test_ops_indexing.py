@@ -88,10 +88,14 @@ def test_declarations(op: str, traits: Trait, absent: Trait) -> None:
         ((0, 3), (0,), 0, 0, (0, 3)),
     ],
 )
-def test_gather_shape(operand: tuple[int, ...], indices: tuple[int, ...], axis: int,
-                      batch_dims: int, expected: tuple[int, ...]) -> None:
-    (out,) = infer("gather", t(*operand), t(*indices, dtype=I32), axis=axis,
-                   batch_dims=batch_dims)
+def test_gather_shape(
+    operand: tuple[int, ...],
+    indices: tuple[int, ...],
+    axis: int,
+    batch_dims: int,
+    expected: tuple[int, ...],
+) -> None:
+    (out,) = infer("gather", t(*operand), t(*indices, dtype=I32), axis=axis, batch_dims=batch_dims)
     assert out == TensorType(expected, F32)
 
 
@@ -105,8 +109,9 @@ def test_gather_shape(operand: tuple[int, ...], indices: tuple[int, ...], axis: 
         ((0, 3), (2,), 0, 0, r"gather: cannot index an empty axis"),
     ],
 )
-def test_gather_shape_errors(operand: tuple[int, ...], indices: tuple[int, ...], axis: int,
-                             batch_dims: int, match: str) -> None:
+def test_gather_shape_errors(
+    operand: tuple[int, ...], indices: tuple[int, ...], axis: int, batch_dims: int, match: str
+) -> None:
     with pytest.raises(ShapeError, match=match):
         infer("gather", t(*operand), t(*indices, dtype=I32), axis=axis, batch_dims=batch_dims)
 
@@ -152,14 +157,22 @@ def test_gather_clamps_out_of_range() -> None:
 def test_scatter_add_shape_and_errors() -> None:
     (out,) = infer("scatter_add", t(5, 3), t(4, dtype=I32), t(4, 3), axis=0)
     assert out == t(5, 3)
-    with pytest.raises(ShapeError, match=r"scatter_add: updates shape .* \(got \(4, 2\), "
-                                         r"expected \(4, 3\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"scatter_add: updates shape .* \(got \(4, 2\), "
+        r"expected \(4, 3\)",
+    ):
         infer("scatter_add", t(5, 3), t(4, dtype=I32), t(4, 2), axis=0)
     with pytest.raises(DTypeError, match=r"scatter_add: updates dtype differs"):
         infer("scatter_add", t(5, 3), t(4, dtype=I32), t(4, 3, dtype=dtypes.float16), axis=0)
     with pytest.raises(DTypeError, match=r"scatter_add: operand 'operand' has dtype bool"):
-        infer("scatter_add", t(5, dtype=dtypes.bool_), t(4, dtype=I32),
-              t(4, dtype=dtypes.bool_), axis=0)
+        infer(
+            "scatter_add",
+            t(5, dtype=dtypes.bool_),
+            t(4, dtype=I32),
+            t(4, dtype=dtypes.bool_),
+            axis=0,
+        )
 
 
 def test_scatter_add_duplicates_accumulate_and_clamp() -> None:
@@ -193,8 +206,9 @@ def test_scatter_add_float16_accumulates_in_float32() -> None:
 
 
 def test_scatter_add_integers_wrap() -> None:
-    out = run("scatter_add", np.array([120], np.int8), idx([0, 0]), np.array([5, 5], np.int8),
-              axis=0)
+    out = run(
+        "scatter_add", np.array([120], np.int8), idx([0, 0]), np.array([5, 5], np.int8), axis=0
+    )
     assert out.tolist() == [-126]
 
 
@@ -291,8 +305,9 @@ def test_top_k() -> None:
         infer("top_k", t(2, 6), k=7)
     with pytest.raises(ShapeError, match=r"top_k: k out of range"):
         infer("top_k", t(), k=0)
-    x = np.array([[1.0, 5.0, np.nan, 5.0, 3.0, np.nan], [0.0, -1.0, 2.0, 2.0, 2.0, 7.0]],
-                 np.float32)
+    x = np.array(
+        [[1.0, 5.0, np.nan, 5.0, 3.0, np.nan], [0.0, -1.0, 2.0, 2.0, 2.0, 7.0]], np.float32
+    )
     v, i = run_multi("top_k", x, k=4)
     assert i.tolist() == [[2, 5, 1, 3], [5, 2, 3, 4]]
     np.testing.assert_array_equal(v, np.take_along_axis(x, i, axis=-1))

@@ -59,8 +59,13 @@ def test_declaration() -> None:
         ((2, 0), (0, 4), ((1,), (0,)), ((), ()), (2, 4)),  # empty contraction
     ],
 )
-def test_shape_rule(lhs: tuple[int, ...], rhs: tuple[int, ...], contracting: Any, batch: Any,
-                    expected: tuple[int, ...]) -> None:
+def test_shape_rule(
+    lhs: tuple[int, ...],
+    rhs: tuple[int, ...],
+    contracting: Any,
+    batch: Any,
+    expected: tuple[int, ...],
+) -> None:
     out = infer("dot_general", t(*lhs), t(*rhs), contracting=contracting, batch=batch)
     assert out == TensorType(expected, F32)
 
@@ -76,8 +81,14 @@ def test_shape_rule(lhs: tuple[int, ...], rhs: tuple[int, ...], contracting: Any
         ((2, 3), (3, 4), (1, 0), ((), ()), OmnitensorError, r"pair of tuples of ints"),
     ],
 )
-def test_shape_errors(lhs: tuple[int, ...], rhs: tuple[int, ...], contracting: Any, batch: Any,
-                      error: type[Exception], match: str) -> None:
+def test_shape_errors(
+    lhs: tuple[int, ...],
+    rhs: tuple[int, ...],
+    contracting: Any,
+    batch: Any,
+    error: type[Exception],
+    match: str,
+) -> None:
     with pytest.raises(error, match=match) as info:
         infer("dot_general", t(*lhs), t(*rhs), contracting=contracting, batch=batch)
     assert str(info.value).startswith("dot_general: ")
@@ -87,8 +98,12 @@ def test_dtype_errors() -> None:
     with pytest.raises(DTypeError, match=r"dot_general: operand dtypes differ .*float32.*float16"):
         infer("dot_general", t(2, 3), t(3, 2, dtype=dtypes.float16), contracting=((1,), (0,)))
     with pytest.raises(DTypeError, match=r"dot_general: operand 'lhs' has dtype bool"):
-        infer("dot_general", t(2, 3, dtype=dtypes.bool_), t(3, 2, dtype=dtypes.bool_),
-              contracting=((1,), (0,)))
+        infer(
+            "dot_general",
+            t(2, 3, dtype=dtypes.bool_),
+            t(3, 2, dtype=dtypes.bool_),
+            contracting=((1,), (0,)),
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -137,6 +152,10 @@ def test_nan_and_empty_contraction() -> None:
     rhs = np.array([[np.inf], [1.0]], np.float32)
     out = run("dot_general", lhs, rhs, contracting=((1,), (0,)))
     assert np.isnan(out[0, 0]) and np.isnan(out[1, 0])  # 0 * inf = NaN
-    empty = run("dot_general", np.ones((2, 0), np.float32), np.ones((0, 3), np.float32),
-                contracting=((1,), (0,)))
+    empty = run(
+        "dot_general",
+        np.ones((2, 0), np.float32),
+        np.ones((0, 3), np.float32),
+        contracting=((1,), (0,)),
+    )
     np.testing.assert_array_equal(empty, np.zeros((2, 3), np.float32))

@@ -156,8 +156,9 @@ def _nearest_int(v: Any) -> int:
     return int(np.rint(F32(v)))
 
 
-def _ref_make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float,
-                   nstep: int) -> tuple[Any, Any, list[int]]:
+def _ref_make_qkx2(
+    x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int
+) -> tuple[Any, Any, list[int]]:
     n = len(x)
     mn, mx, sum_w = x[0], x[0], w[0]
     sum_x = sum_w * x[0]
@@ -208,7 +209,9 @@ def _ref_q4_k(x: np.ndarray) -> np.ndarray:
             sum_x2 += v * v
         av_x = np.sqrt(sum_x2 / F32(32))
         s, m, lv = _ref_make_qkx2(sub, av_x + np.abs(sub), 15, -1.0, 0.1, 20)
-        scales.append(s), mins.append(m), levels.extend(lv)
+        scales.append(s)
+        mins.append(m)
+        levels.extend(lv)
     max_scale = max([F32(0), *scales])
     max_min = max([F32(0), *mins])
     inv_scale = F32(63) / max_scale if max_scale > 0 else F32(0)
@@ -237,7 +240,7 @@ def _ref_q4_k(x: np.ndarray) -> np.ndarray:
         dm = F32(dmin) * F32(m)
         for ii in range(32):
             levels[32 * j + ii] = max(0, min(15, _nearest_int((x[32 * j + ii] + dm) / dd)))
-    qs = [levels[g + l] | (levels[g + l + 32] << 4) for g in range(0, 256, 64) for l in range(32)]
+    qs = [levels[g + i] | (levels[g + i + 32] << 4) for g in range(0, 256, 64) for i in range(32)]
     head = np.array([d, dmin], np.float16).view(np.uint8)
     return np.concatenate([head, np.array(packed + qs, np.uint8)])
 
@@ -276,7 +279,8 @@ def _ref_q6_k(x: np.ndarray) -> np.ndarray:
     scales, levels = [], []
     for ib in range(16):
         s, lv = _ref_make_qx(x[16 * ib : 16 * ib + 16], 32)
-        scales.append(s), levels.extend(lv)
+        scales.append(s)
+        levels.extend(lv)
     max_abs, max_scale = F32(0), F32(0)
     for s in scales:
         if abs(s) > max_abs:
@@ -295,11 +299,11 @@ def _ref_q6_k(x: np.ndarray) -> np.ndarray:
     ql, qh = [0] * 128, [0] * 64
     for half in range(2):
         j = 128 * half
-        for l in range(32):
-            q = [levels[j + l + 32 * k] for k in range(4)]
-            ql[64 * half + l] = (q[0] & 0xF) | ((q[2] & 0xF) << 4)
-            ql[64 * half + l + 32] = (q[1] & 0xF) | ((q[3] & 0xF) << 4)
-            qh[32 * half + l] = sum((q[k] >> 4) << (2 * k) for k in range(4))
+        for i in range(32):
+            q = [levels[j + i + 32 * k] for k in range(4)]
+            ql[64 * half + i] = (q[0] & 0xF) | ((q[2] & 0xF) << 4)
+            ql[64 * half + i + 32] = (q[1] & 0xF) | ((q[3] & 0xF) << 4)
+            qh[32 * half + i] = sum((q[k] >> 4) << (2 * k) for k in range(4))
     tail = np.array([d], np.float16).view(np.uint8)
     return np.concatenate([np.array(ql + qh, np.uint8), np.array(sc, np.int8).view(np.uint8), tail])
 

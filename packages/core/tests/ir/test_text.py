@@ -113,7 +113,7 @@ def _same(a: Any, b: Any) -> bool:
                 and np.array_equal(np.signbit(wide_a[~nan]), np.signbit(wide_b[~nan]))
                 and np.array_equal(wide_a[~nan], wide_b[~nan])
             )
-        return a.tobytes() == b.tobytes()
+        return bool(a.tobytes() == b.tobytes())
     if isinstance(a, Function):
         return print_function(a) == print_function(b)
     return bool(a == b)
@@ -154,13 +154,37 @@ def _arrays() -> list[np.ndarray[Any, Any]]:
 
 
 ATTR_VALUES: list[Any] = [
-    0, -7, 2**70, True, False, None,
-    0.0, -0.0, 0.1, -1e-300, 5e-324, 1e300, 1.0e16, math.inf, -math.inf, math.nan,
-    "", "plain", 'quote " and \\ backslash', "new\nline\ttab", "unicode ü ∑ 😀",
+    0,
+    -7,
+    2**70,
+    True,
+    False,
+    None,
+    0.0,
+    -0.0,
+    0.1,
+    -1e-300,
+    5e-324,
+    1e300,
+    1.0e16,
+    math.inf,
+    -math.inf,
+    math.nan,
+    "",
+    "plain",
+    'quote " and \\ backslash',
+    "new\nline\ttab",
+    "unicode ü ∑ 😀",
     *dt.ALL,
-    TensorType((), dt.bfloat16), TensorType((0, 4), dt.uint8), QTensorType("q8_0", (4, 32)),
+    TensorType((), dt.bfloat16),
+    TensorType((0, 4), dt.uint8),
+    QTensorType("q8_0", (4, 32)),
     QTensorType("q4_k", (256,)),
-    (), (1,), (1, 2, 3), (1, (2.5, ("a", None)), dt.float16, -0.0), ((), ((),)),
+    (),
+    (1,),
+    (1, 2, 3),
+    (1, (2.5, ("a", None)), dt.float16, -0.0),
+    ((), ((),)),
     *_arrays(),
 ]
 
@@ -177,7 +201,7 @@ def test_small_arrays_print_readably() -> None:
     array = np.array([[1.0, -0.0], [math.nan, -math.inf]], dtype=ml_dtypes.bfloat16)
     text = print_function(_probe_fn(array))
     assert "dense<bf16[2,2]>[[1.0, -0.0], [nan, -inf]]" in text
-    assert 'dense<i32[]>7' in print_function(_probe_fn(np.array(7, dtype=np.int32)))
+    assert "dense<i32[]>7" in print_function(_probe_fn(np.array(7, dtype=np.int32)))
 
 
 @pytest.mark.usefixtures("probe_ops")
@@ -206,14 +230,17 @@ def test_list_attribute_prints_as_tuple() -> None:
 @pytest.mark.usefixtures("probe_ops")
 def test_hand_written_program_round_trips() -> None:
     text = (
-        'func @main(%0: f32[2,3] param "w", %1: i32[] data, %2: q8_0[4,32] state "k\\"v") '
-        "-> (f32[2,3], i32[2,3]) {\n"
-    ) + """\
+        (
+            'func @main(%0: f32[2,3] param "w", %1: i32[] data, %2: q8_0[4,32] state "k\\"v") '
+            "-> (f32[2,3], i32[2,3]) {\n"
+        )
+        + """\
   %3 = add(%0, %0) : f32[2,3]
   %4, %5 = _probe2(%3) {k=2} : f32[2,3], i32[2,3]
   %6 = _qprobe(%2) : f32[4,32]
   return %4, %5
 }"""
+    )
     fn = parse_function(text)
     assert print_function(fn) == text
     assert [i.role for i in fn.inputs] == [Role.PARAMETER, Role.DATA, Role.STATE]
@@ -267,7 +294,7 @@ def test_custom_call_prints_nested_decomposition() -> None:
     results = b.emit_multi("custom_call", x, name="fused_exp_neg", decomposition=decomposition)
     fn = b.build([b.emit("add", *results)])
     text = print_function(fn)
-    assert "decomposition=func @decomp(%0: f32[2,3] data \"a\")" in text
+    assert 'decomposition=func @decomp(%0: f32[2,3] data "a")' in text
     assert "\n    %1 = exp(%0) : f32[2,3]\n" in text  # nested body is indented one more level
     parsed = _round_trip(fn)
     nested = parsed.body[0].attrs["decomposition"]
@@ -317,8 +344,11 @@ def test_signature_ignores_ids() -> None:
     for n, inst in enumerate(fn.body):
         results = [Value(r.id * 7 + 100, r.type) for r in inst.results]
         mapping.update(zip(inst.results, results, strict=True))
-        body.append(Instruction(50 - n, inst.op, [mapping[v] for v in inst.operands],
-                                dict(inst.attrs), results))
+        body.append(
+            Instruction(
+                50 - n, inst.op, [mapping[v] for v in inst.operands], dict(inst.attrs), results
+            )
+        )
     inputs = [Input(mapping[i.value], i.role, i.name) for i in fn.inputs]
     moved = Function(fn.name, inputs, body, [mapping[v] for v in fn.outputs])
     assert print_function(moved) != print_function(fn)
@@ -342,8 +372,12 @@ def _parse_error(text: str) -> ParseError:
 @pytest.mark.parametrize(
     ("body", "line", "column", "message"),
     [
-        ("  %1 = ad(%0, %0) : f32[2]\n  return %1\n}", 2, 8,
-         r"unknown op 'ad'; did you mean .*add"),
+        (
+            "  %1 = ad(%0, %0) : f32[2]\n  return %1\n}",
+            2,
+            8,
+            r"unknown op 'ad'; did you mean .*add",
+        ),
         ("  %1 = add(%0, %9) : f32[2]\n  return %1\n}", 2, 16, r"%9 is used before"),
         ("  %1 = add(%0, %0) : f32[3]\n  return %1\n}", 2, 20, r"result types differ"),
         ("  %1 = add(%0, %0) : f32[2], f32[2]\n  return %1\n}", 2, 20, r"result types differ"),
@@ -352,19 +386,30 @@ def _parse_error(text: str) -> ParseError:
         ("  %1 = exp(%0) : x32[2]\n  return %1\n}", 2, 18, r"unknown element type 'x32'"),
         ("  %1 = exp(%0) {dtype=f32} : f32[2]\n  return %1\n}", 2, 8, r"unknown attribute"),
         ("  %1 = convert(%0) : f32[2]\n  return %1\n}", 2, 8, r"missing required attribute"),
-        ("  %1 = convert(%0) {dtype=f99} : f32[2]\n  return %1\n}", 2, 27,
-         r"unknown attribute value 'f99'"),
+        (
+            "  %1 = convert(%0) {dtype=f99} : f32[2]\n  return %1\n}",
+            2,
+            27,
+            r"unknown attribute value 'f99'",
+        ),
         ("  %1 = exp(%0) : f32[2] $\n  return %1\n}", 2, 25, r"unexpected character '\$'"),
         ("  %1 = exp(%0) : f32[2]\n  return %1\n} extra", 4, 3, r"unexpected text after"),
         ("  %1 = exp(%0) : f32[2]\n", 3, 1, r"expected an op name \(got end of text\)"),
-        ("  %1 = exp(%0) : f32[2]\n  %2 = exp(%1) : f32[2] #0\n  return %2\n}", 3, 8,
-         r"instruction id #0 is used twice"),
-        ("  %1 = convert(%0) {dtype=i32} : i32[2]\n  return %1\n}", 3, 3,
-         r"return types differ from the signature"),
+        (
+            "  %1 = exp(%0) : f32[2]\n  %2 = exp(%1) : f32[2] #0\n  return %2\n}",
+            3,
+            8,
+            r"instruction id #0 is used twice",
+        ),
+        (
+            "  %1 = convert(%0) {dtype=i32} : i32[2]\n  return %1\n}",
+            3,
+            3,
+            r"return types differ from the signature",
+        ),
     ],
 )
-def test_parse_errors_name_line_and_column(body: str, line: int, column: int,
-                                           message: str) -> None:
+def test_parse_errors_name_line_and_column(body: str, line: int, column: int, message: str) -> None:
     error = _parse_error(_HEAD + body)
     assert re.search(message, str(error)), str(error)
     assert f"line {line}, column {column}:" in str(error)
@@ -408,7 +453,8 @@ def _elementwise_ops() -> list[str]:
     return [
         op.name
         for op in all_ops().values()
-        if op.has(Trait.ELEMENTWISE) and all(a.name == "dtype" for a in op.attributes)
+        if op.has(Trait.ELEMENTWISE)
+        and all(a.name == "dtype" for a in op.attributes)
         and not any(s.variadic or s.quantized for s in op.operands)
     ]
 
@@ -418,16 +464,17 @@ def _constant(draw: st.DrawFn, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
     dtype = draw(st.sampled_from(_DTYPES))
     size = math.prod(shape)
     if dtype.is_floating:
-        values = draw(st.lists(st.floats(width=32 if dtype.bits == 32 else 64), min_size=size,
-                               max_size=size))
+        values = draw(
+            st.lists(st.floats(width=32 if dtype.bits == 32 else 64), min_size=size, max_size=size)
+        )
         with np.errstate(over="ignore"):
             return np.array(values, dtype=np.float64).astype(dtype.np).reshape(shape)
     if dtype.is_bool:
-        return np.array(draw(st.lists(st.booleans(), min_size=size, max_size=size)),
-                        dtype=bool).reshape(shape)
+        return np.array(
+            draw(st.lists(st.booleans(), min_size=size, max_size=size)), dtype=bool
+        ).reshape(shape)
     info = np.iinfo(dtype.np)
-    values = draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=size,
-                           max_size=size))
+    values = draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=size, max_size=size))
     return np.array(values, dtype=dtype.np).reshape(shape)
 
 
@@ -438,8 +485,11 @@ def programs(draw: st.DrawFn) -> Function:
     shape = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
     b = Builder(draw(st.sampled_from(["main", "step", "blk.0"])))
     pool = [
-        b.input(TensorType(shape, draw(st.sampled_from(_DTYPES))), draw(st.sampled_from(Role)),
-                draw(st.text(max_size=4)))
+        b.input(
+            TensorType(shape, draw(st.sampled_from(_DTYPES))),
+            draw(st.sampled_from(Role)),
+            draw(st.text(max_size=4)),
+        )
         for _ in range(draw(st.integers(1, 3)))
     ]
     for _ in range(draw(st.integers(0, 10))):
@@ -470,8 +520,13 @@ def _relabel(fn: Function, value_ids: list[int], inst_ids: list[int]) -> Functio
     for value in fn.input_values + [r for inst in fn.body for r in inst.results]:
         mapping[value] = Value(value_ids[len(mapping)], value.type)
     body = [
-        Instruction(inst_ids[n], inst.op, [mapping[v] for v in inst.operands], dict(inst.attrs),
-                    [mapping[v] for v in inst.results])
+        Instruction(
+            inst_ids[n],
+            inst.op,
+            [mapping[v] for v in inst.operands],
+            dict(inst.attrs),
+            [mapping[v] for v in inst.results],
+        )
         for n, inst in enumerate(fn.body)
     ]
     inputs = [Input(mapping[i.value], i.role, i.name) for i in fn.inputs]
@@ -485,10 +540,65 @@ def test_random_programs_round_trip(fn: Function, data: st.DataObject) -> None:
     parsed = _round_trip(fn)
     assert len(parsed.body) == len(fn.body)
     n_values = len(fn.inputs) + sum(len(i.results) for i in fn.body)
-    value_ids = data.draw(st.lists(st.integers(0, 10_000), min_size=n_values,
-                                   max_size=n_values, unique=True))
+    value_ids = data.draw(
+        st.lists(st.integers(0, 10_000), min_size=n_values, max_size=n_values, unique=True)
+    )
     inst_ids = data.draw(st.permutations(range(len(fn.body) + 5)))[: len(fn.body)]
     moved = _relabel(fn, value_ids, list(inst_ids))
     verify(moved)
     _round_trip(moved)
     assert moved.signature() == fn.signature()
+
+
+# --- robustness --------------------------------------------------------------------------------
+
+_CORPUS = (
+    _HEAD + "  %1 = convert(%0) {dtype=i32} : i32[2]\n  %2 = exp(%0) : f32[2] #5\n  return %2\n}"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    position=st.integers(0, len(_CORPUS)),
+    cut=st.integers(0, 4),
+    insert=st.text(alphabet='%#@()[]{}<>,:=-"\\ \n0123456789.eafix_', max_size=4),
+)
+def test_mangled_text_raises_only_parse_errors(position: int, cut: int, insert: str) -> None:
+    text = _CORPUS[:position] + insert + _CORPUS[position + cut :]
+    try:
+        fn = parse_function(text)
+    except ParseError as error:
+        assert error.offset is not None and "line " in str(error)
+        return
+    assert parse_function(print_function(fn)) is not None
+
+
+def test_deep_nesting_is_a_parse_error() -> None:
+    text = _HEAD + "  %1 = exp(%0) {x=" + "(" * 5000 + "} : f32[2]\n  return %1\n}"
+    assert "nesting is too deep" in str(_parse_error(text))
+
+
+def test_every_registered_op_with_builder_samples_round_trips() -> None:
+    """Ops of other families, when declared: their attributes must survive the text form."""
+    samples: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
+        ("reshape", (2, 3), {"shape": (3, 2)}),
+        ("transpose", (2, 3), {"perm": (1, 0)}),
+        ("broadcast_in_dim", (3,), {"shape": (2, 3), "dims": (1,)}),
+        ("slice", (4, 3), {"start": (0, 1), "limit": (4, 3), "stride": (2, 1)}),
+        ("reduce_sum", (2, 3), {"axes": (1,)}),
+        ("cumsum", (2, 3), {"axis": 0, "reverse": True}),
+        ("argmax", (2, 3), {"axis": -1}),
+    ]
+    tried = 0
+    for op, shape, attrs in samples:
+        if op not in all_ops():
+            continue
+        b = Builder()
+        x = b.input(TensorType(shape, dt.float32))
+        fn = b.build(list(b.emit_multi(op, x, **attrs)))
+        _round_trip(fn)
+        tried += 1
+    if "iota" in all_ops():
+        b = Builder()
+        _round_trip(b.build([b.emit("iota", shape=(2, 3), dimension=1, dtype=dt.int32)]))
+    assert tried or not all_ops().keys() & {s[0] for s in samples}

@@ -114,8 +114,11 @@ BREAKAGES: list[tuple[Callable[[Function], None], str]] = [
     (_duplicate_result, r"exp #1: result %0 is defined twice"),
     (_duplicate_input, r"input 1: value %0 is defined twice"),
     (_duplicate_inst_id, r"convert #0: instruction id #0 is used twice"),
-    (_wrong_result_type, r"exp #1: result types differ from the op's rule \(got \(f32\[3,2\]\), "
-                         r"expected \(f32\[2,3\]\)\)"),
+    (
+        _wrong_result_type,
+        r"exp #1: result types differ from the op's rule \(got \(f32\[3,2\]\), "
+        r"expected \(f32\[2,3\]\)\)",
+    ),
     (_wrong_result_count, r"exp #1: result types differ"),
     (_unknown_op, r"exq #1: unknown op 'exq'; did you mean .*exp"),
     (_missing_attr, r"convert #2: missing attribute\(s\) \['dtype'\]"),
@@ -130,8 +133,9 @@ BREAKAGES: list[tuple[Callable[[Function], None], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("breakage", "message"), BREAKAGES, ids=lambda x: getattr(x, "__name__",
-                                                                                    ""))
+@pytest.mark.parametrize(
+    ("breakage", "message"), BREAKAGES, ids=lambda x: getattr(x, "__name__", "")
+)
 def test_verifier_catches(breakage: Callable[[Function], None], message: str) -> None:
     fn = _good()
     breakage(fn)
@@ -159,8 +163,11 @@ def test_nested_decomposition_is_verified() -> None:
     fn = b.build(list(b.emit_multi("custom_call", x, name="fused", decomposition=decomposition)))
     verify(fn)
     decomposition.body[0].attrs["bogus"] = 1
-    with pytest.raises(VerificationError, match=r"custom_call #0: attribute 'decomposition' "
-                                                r"holds an invalid function: exp #0: unknown"):
+    with pytest.raises(
+        VerificationError,
+        match=r"custom_call #0: attribute 'decomposition' "
+        r"holds an invalid function: exp #0: unknown",
+    ):
         verify(fn)
 
 

@@ -22,7 +22,7 @@ from omnitensor.optimizer.passes.canonicalize import is_lossless_convert
 from omnitensor.optimizer.registry import patterns_for
 
 F = TensorType((2, 3), float32)
-I = TensorType((2, 3), int32)
+INT = TensorType((2, 3), int32)
 B = TensorType((2, 3), bool_)
 
 
@@ -50,7 +50,7 @@ def _binary_with(op: str, scalar: Any, t: TensorType, *, left: bool = False
 
 
 def _sub_self(b: Builder) -> list[Value]:
-    x = b.input(I)
+    x = b.input(INT)
     return [b.emit("sub", x, x)]
 
 
@@ -132,11 +132,11 @@ def _reshape_of_splat(b: Builder) -> list[Value]:
 
 CASES: list[tuple[str, Callable[[Builder], list[Value]], list[str]]] = [
     ("add_zero", _binary_with("add", -0.0, F), []),
-    ("add_zero", _binary_with("add", 0, I, left=True), []),
+    ("add_zero", _binary_with("add", 0, INT, left=True), []),
     ("sub_zero", _binary_with("sub", 0.0, F), []),
     ("mul_one", _binary_with("mul", 1.0, F, left=True), []),
     ("div_one", _binary_with("div", 1.0, F), []),
-    ("mul_zero_int", _binary_with("mul", 0, I), ["constant", "broadcast_in_dim"]),
+    ("mul_zero_int", _binary_with("mul", 0, INT), ["constant", "broadcast_in_dim"]),
     ("sub_self_int", _sub_self, ["constant"]),
     ("neg_neg", _unary_chain("neg", F), []),
     ("not_not", _unary_chain("not", B), []),

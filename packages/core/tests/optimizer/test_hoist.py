@@ -25,7 +25,7 @@ def _layer() -> Function:
     w = b.input(TensorType((3, 4), int32), Role.PARAMETER, "w")
     scale = b.input(TensorType((3,), float32), Role.PARAMETER, "scale")
     wt = b.emit("transpose", b.emit("convert", w, dtype=float32), perm=(1, 0))  # (4, 3)
-    y = b.emit("dot_general", x, wt, contract=((1,), (0,)), batch=((), ()))  # (2, 3)
+    y = b.emit("dot_general", x, wt, contracting=((1,), (0,)))  # (2, 3)
     s = b.emit("broadcast_in_dim", b.emit("exp", scale), shape=(2, 3), dims=(1,))
     table = b.emit("sin", b.emit("convert", b.emit("iota", shape=(2, 3), dimension=1,
                                                   dtype=int32), dtype=float32))

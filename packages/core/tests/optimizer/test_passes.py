@@ -41,12 +41,20 @@ def test_fold_evaluates_constant_subgraphs(check: Check) -> None:
 
 def test_fold_respects_the_size_limit() -> None:
     b = Builder()
-    c = b.constant(np.ones((100,), np.float32))
-    fn = b.build([b.emit("broadcast_in_dim", c, shape=(100, 100), dims=(1,))])
+    i = b.emit("iota", shape=(100, 100), dimension=1, dtype=int32)
+    fn = b.build([b.emit("convert", i, dtype=float32)])
     after, result = _run(PatternPass("fold"), fn, PassContext(fold_limit=4096))
     assert not result.changed  # type: ignore[attr-defined]
     after, result = _run(PatternPass("fold"), fn, PassContext(fold_limit=10_000))
     assert result.changed and after.body[-1].op == "constant"  # type: ignore[attr-defined]
+
+
+def test_fold_leaves_broadcasts_of_literals_alone() -> None:
+    b = Builder()
+    c = b.constant(np.ones((3,), np.float32))
+    fn = b.build([b.emit("broadcast_in_dim", c, shape=(2, 3), dims=(1,))])
+    _, result = _run(PatternPass("fold"), fn)
+    assert not result.changed  # type: ignore[attr-defined]
 
 
 def test_fold_rng_with_constant_key_is_deterministic() -> None:
@@ -110,3 +118,16 @@ def test_dce_removes_unused_work(check: Check) -> None:
     check(fn, after)
     _, again = _run(DCEPass(), after)
     assert not again.changed  # type: ignore[attr-defined]
+
+
+def test_fold_splats_computes_once_on_scalars(check: Check) -> None:
+    b = Builder()
+    x = b.input(F)
+    two = b.emit("broadcast_in_dim", b.constant(np.float32(2.0)), shape=(2, 3), dims=())
+    three = b.emit("broadcast_in_dim", b.constant(np.float32(3.0)), shape=(2, 3), dims=())
+    fn = b.build([b.emit("mul", x, b.emit("rsqrt", b.emit("add", two, three)))])
+    after, result = _run(PatternPass("fold"), fn)
+    assert result.counts["fold_splats"] == 2  # type: ignore[attr-defined]
+    assert [i.op for i in after.body] == ["constant", "broadcast_in_dim", "mul"]
+    assert after.body[0].attrs["value"].shape == ()
+    check(fn, after)

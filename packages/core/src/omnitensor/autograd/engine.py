@@ -51,6 +51,10 @@ class GradNode:
         """Cotangents of the inputs from those of the results (None: no gradient)."""
         raise NotImplementedError
 
+    def slot(self, value: Any) -> int:
+        """Which of this node's results `value` is (by default its graph result index)."""
+        return int(value._index)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -60,7 +64,7 @@ def edge_of(value: Any) -> tuple[GradNode, int] | None:
     fn = getattr(value, "_grad_fn", None)
     if fn is None:
         return None
-    return (fn, 0 if isinstance(fn, Leaf) else value._index)
+    return (fn, fn.slot(value))
 
 
 class Leaf(GradNode):
@@ -77,15 +81,19 @@ class Leaf(GradNode):
     def apply(self, grads: Grads, create_graph: bool) -> Sequence[Tensor | None]:
         return ()
 
+    def slot(self, value: Any) -> int:
+        return 0
+
 
 class OpNode(GradNode):
     """One recorded PTIR op: its operand values, result values and complete attributes."""
 
-    __slots__ = ("attrs", "inputs", "op", "outputs")
+    __slots__ = ("attrs", "inputs", "multi", "op", "outputs")
 
     def __init__(self, op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
-                 attrs: dict[str, Any]) -> None:
+                 attrs: dict[str, Any], multi: bool = False) -> None:
         super().__init__(inputs, len(outputs))
+        self.multi = multi  # the rule takes tuples (a MULTI_RESULT op, even with one result)
         from ..tensor.tensor import Tensor
 
         self.op = op
@@ -115,7 +123,7 @@ class OpNode(GradNode):
             if create_graph:
                 out._grad_fn = self
             outs.append(out)
-        if self.n_outputs == 1:
+        if not self.multi:
             g: Any = grads[0]
             out_arg: Any = outs[0]
         else:
@@ -145,7 +153,7 @@ def record_op(op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> N
     floats = [t for t in outputs if _is_float(t)]
     if not floats:
         return
-    node = OpNode(op, inputs, outputs, outputs[0]._node.attrs)
+    node = OpNode(op, inputs, outputs, outputs[0]._node.attrs, opdef.has(Trait.MULTI_RESULT))
     for t in floats:
         t._grad_fn = node
 

@@ -32,9 +32,10 @@ class NullExecutable(Executable):
         self.function = function
 
 
-@final
 class NullBackend(Backend):
     """Accepts everything, computes nothing, records every compile and run.
+
+    Subclass it (overriding `run`) for a test backend that also answers.
 
     Attributes:
         compiled: every function passed to `compile`, in order.

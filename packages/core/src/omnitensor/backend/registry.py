@@ -179,13 +179,12 @@ class _Registry:
         if self._discovered:
             return
         with self._lock:
-            if self._discovered:
-                return
-            configure_logging()
-            if self._use_entry_points:
-                for ep in _entry_points():
-                    self._load_entry_point(ep)
-            self._discovered = True
+            if not self._discovered:  # another thread may have finished while we waited
+                configure_logging()
+                if self._use_entry_points:
+                    for ep in _entry_points():
+                        self._load_entry_point(ep)
+                self._discovered = True
 
     def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
         dist, version = _distribution_of(ep)

@@ -82,11 +82,7 @@ def describe_attributes(opdef: OpDef) -> str:
 
 def describe_traits(traits: Trait) -> str:
     """Set trait flags, lower case, in declaration order."""
-    names = [
-        t.name.lower()
-        for t in Trait
-        if t.value and t.name and (traits & t) == t
-    ]
+    names = [t.name.lower() for t in Trait if t.value and t.name and (traits & t) == t]
     return ", ".join(names) or "-"
 
 
@@ -94,7 +90,7 @@ def family(opdef: OpDef) -> str:
     """The op family: the module its declaration lives in (``elementwise``, ``reduce`` ...)."""
     module = opdef.view.__module__
     prefix = "omnitensor.ir.ops."
-    return module[len(prefix):] if module.startswith(prefix) else module
+    return module[len(prefix) :] if module.startswith(prefix) else module
 
 
 def _rows(ops: Sequence[OpDef]) -> list[list[str]]:
@@ -151,11 +147,12 @@ def render_ops_markdown() -> str:
         "",
     ]
     for name, ops in by_family.items():
-        lines += [f"## {name}", "", "| " + " | ".join(_HEADER) + " |",
-                  "|" + "---|" * len(_HEADER)]
+        lines += [f"## {name}", "", "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
         for row in _rows(ops):
-            cells = [f"[`{row[0]}`](#{row[0]})", *(f"`{c}`" if c != "-" and i < 5 else c
-                                                for i, c in enumerate(row[1:], start=1))]
+            cells = [
+                f"[`{row[0]}`](#{row[0]})",
+                *(f"`{c}`" if c != "-" and i < 5 else c for i, c in enumerate(row[1:], start=1)),
+            ]
             lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
         lines.append("")
         for op in ops:

@@ -25,6 +25,7 @@ Array = np.ndarray[Any, Any]
 _F32 = np.float32
 # ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it quantizes to all zeros.
 _GROUP_MAX_EPS: Final = _F32(1e-15)
+_CHUNK: Final = 4096  # blocks quantized per vectorized step
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -41,25 +42,29 @@ def _f16_value(raw: Array) -> Array:
 
 
 def _nearest_int(values: Array) -> Array:
-    """ggml's `nearest_int`: round half to even in float32 (its 1.5 * 2**23 trick), as int32."""
+    """Ggml's `nearest_int`: round half to even in float32 (its 1.5 * 2**23 trick), as int32."""
     return np.rint(values.astype(_F32)).astype(np.int32)
 
 
 def _seq_sum(values: Array) -> Array:
-    """Sum over the last axis in element order, in the array's dtype, as ggml's C loops add.
+    """Sum over axis 0 in element order, in the array's dtype, as ggml's C loops add.
 
-    NOTE: `np.sum` adds pairwise; the cumulative sum is strictly sequential, which keeps the
-    quantizers' search decisions (and so their bytes) as close to ggml's as numpy can.
+    NOTE: `np.sum` over a contiguous axis adds pairwise; adding rows one after another is
+    strictly sequential, which keeps the quantizers' search decisions (and so their bytes)
+    equal to ggml's. Callers keep data element-major, ``(elements, rows)``, so each add is a
+    contiguous vector operation.
     """
-    if values.shape[-1] == 0:
-        return np.zeros(values.shape[:-1], values.dtype)
-    return np.cumsum(values, axis=-1, dtype=values.dtype)[..., -1]
+    total: Array = values[0].copy()
+    for row in values[1:]:
+        total += row
+    return total
 
 
 def _first_absmax(x: Array) -> Array:
-    """The signed value of largest magnitude per row, the first one on ties (ggml's `if (ax > amax)`)."""
+    """The signed value of largest magnitude per row; the first on ties, as ggml's `ax > amax`."""
     index = np.argmax(np.abs(x), axis=-1)[..., None]
-    return np.take_along_axis(x, index, axis=-1)[..., 0]
+    out: Array = np.take_along_axis(x, index, axis=-1)[..., 0]
+    return out
 
 
 def _blocks(op: str, x: Array, block: int) -> Array:
@@ -132,31 +137,33 @@ def _dequantize_q4_0(raw: Array) -> Array:
 # x = d * scale_j * nibble - dmin * min_j.
 
 
-def _make_qkx2_quants(x: Array, weights: Array, nmax: int, rmin: float, rdelta: float,
-                      nstep: int) -> tuple[Array, Array, Array]:
-    """ggml's `make_qkx2_quants` (use_mad=false) over rows of `x`: (scale, -min, L) per row.
+def _make_qkx2_quants(
+    x: Array, weights: Array, nmax: int, rmin: float, rdelta: float, nstep: int
+) -> tuple[Array, Array, Array]:
+    """Ggml's `make_qkx2_quants` (use_mad=false) over rows of `x`: (scale, -min, L) per row.
 
     A weighted least-squares search over `nstep + 1` candidate scales for an asymmetric
     quantization ``x ~ scale * L + min`` with ``0 <= L <= nmax`` and ``min <= 0``.
     """
+    x = np.ascontiguousarray(x.T)  # (n, rows): element-major, see _seq_sum
+    weights = np.ascontiguousarray(weights.T)
     nmax_f = _F32(nmax)
-    lo = np.minimum(np.min(x, axis=-1), _F32(0))
-    hi = np.max(x, axis=-1)
+    lo = np.minimum(np.min(x, axis=0), _F32(0))
+    hi = np.max(x, axis=0)
     flat = hi == lo
     sum_w = _seq_sum(weights)
     sum_x = _seq_sum(weights * x)
-    span = np.where(flat, _F32(1), hi - lo)
-    iscale = nmax_f / span
+    iscale = nmax_f / np.where(flat, _F32(1), hi - lo)
     scale = _F32(1) / iscale
-    levels = np.clip(_nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax)
-    diff = (scale[:, None] * levels.astype(_F32) + lo[:, None]) - x
+    levels = np.clip(_nearest_int(iscale * (x - lo)), 0, nmax)
+    diff = (scale * levels.astype(_F32) + lo) - x
     best_error = _seq_sum(weights * (diff * diff))
     for step in range(nstep + 1):
         # NOTE: ggml updates `min` inside this loop, so later candidates (their span and their
         # offset) are measured from the best minimum found so far; `lo` follows it.
         span = np.where(flat, _F32(1), hi - lo)
         iscale = (_F32(rmin) + _F32(rdelta) * _F32(step) + nmax_f) / span
-        aux = np.clip(_nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(_F32)
+        aux = np.clip(_nearest_int(iscale * (x - lo)), 0, nmax).astype(_F32)
         weighted = weights * aux
         sum_l = _seq_sum(weighted)
         sum_l2 = _seq_sum(weighted * aux)
@@ -167,18 +174,17 @@ def _make_qkx2_quants(x: Array, weights: Array, nmax: int, rmin: float, rdelta: 
         this_min = (sum_l2 * sum_x - sum_l * sum_xl) / safe_det
         positive = this_min > 0
         this_min = np.where(positive, _F32(0), this_min)
-        this_scale = np.where(positive, sum_xl / np.where(sum_l2 == 0, _F32(1), sum_l2),
-                              this_scale)
-        diff = (this_scale[:, None] * aux + this_min[:, None]) - x
+        this_scale = np.where(positive, sum_xl / np.where(sum_l2 == 0, _F32(1), sum_l2), this_scale)
+        diff = (this_scale * aux + this_min) - x
         error = _seq_sum(weights * (diff * diff))
         better = (det > 0) & (error < best_error) & ~flat
-        levels = np.where(better[:, None], aux.astype(np.int32), levels)
+        levels = np.where(better, aux.astype(np.int32), levels)
         best_error = np.where(better, error, best_error)
         scale = np.where(better, this_scale, scale)
         lo = np.where(better, this_min, lo)
     scale = np.where(flat, _F32(0), scale)
-    levels = np.where(flat[:, None], 0, levels)
-    return scale.astype(_F32), (-lo).astype(_F32), levels
+    levels = np.where(flat, 0, levels)
+    return scale.astype(_F32), (-lo).astype(_F32), levels.T
 
 
 def _pack_k4_scales(ls: Array, lm: Array) -> Array:
@@ -190,7 +196,7 @@ def _pack_k4_scales(ls: Array, lm: Array) -> Array:
 
 
 def _unpack_k4_scales(packed: Array) -> tuple[Array, Array]:
-    """ggml's `get_scale_min_k4` for j = 0..7 at once: uint8 [n, 12] -> (scales, mins) [n, 8]."""
+    """Ggml's `get_scale_min_k4` for j = 0..7 at once: uint8 [n, 12] -> (scales, mins) [n, 8]."""
     low, mid, high = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
     scales = np.concatenate([low & 0x3F, (high & 0x0F) | ((low >> 6) << 4)], axis=-1)
     mins = np.concatenate([mid & 0x3F, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
@@ -201,7 +207,7 @@ def _quantize_q4_k(blocks: Array) -> Array:
     # quantize_row_q4_K_ref.
     n = blocks.shape[0]
     sub = blocks.reshape(n * 8, 32)  # (n * 8 sub-blocks, 32)
-    av_x = np.sqrt(_seq_sum(sub * sub) / _F32(32))
+    av_x = np.sqrt(_seq_sum(np.ascontiguousarray((sub * sub).T)) / _F32(32))
     weights = av_x[:, None] + np.abs(sub)
     scales, mins, levels = _make_qkx2_quants(sub, weights, 15, -1.0, 0.1, 20)
     scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
@@ -217,8 +223,9 @@ def _quantize_q4_k(blocks: Array) -> Array:
     sub_d = d.astype(_F32) * ls.astype(_F32)  # (n, 8)
     sub_m = dmin.astype(_F32) * lm.astype(_F32)
     safe_d = np.where(sub_d == 0, _F32(1), sub_d)
-    requant = np.clip(_nearest_int((blocks.reshape(n, 8, 32) + sub_m[..., None])
-                                   / safe_d[..., None]), 0, 15)
+    requant = np.clip(
+        _nearest_int((blocks.reshape(n, 8, 32) + sub_m[..., None]) / safe_d[..., None]), 0, 15
+    )
     # ggml keeps the search's levels where the sub-block scale rounded to zero (`if (!d) continue`).
     levels = np.where((sub_d == 0)[..., None], levels.reshape(n, 8, 32), requant)
     levels = levels.astype(np.uint8).reshape(n, 4, 2, 32)  # (n, group, low/high, 32)
@@ -237,25 +244,28 @@ def _dequantize_q4_k(raw: Array) -> Array:
     sub_m = (dmin * mins.astype(_F32))[..., None]
     qs = raw[:, 16:].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     nibbles = (qs & np.uint8(0x0F)).reshape(n, 8, 32).astype(_F32)  # (n, sub-block, 32)
-    return (sub_d * nibbles - sub_m).reshape(n, 256)
+    out: Array = (sub_d * nibbles - sub_m).reshape(n, 256)
+    return out
 
 
 # --- Q6_K: super-block of 256 = 16 sub-blocks of 16 ----------------------------------------------
 # bytes: 128 ql | 64 qh | 16 int8 scales | f16 d. In half h (elements 128h..128h+127), element
-# 128h + 32k + l (k = 0..3, l = 0..31) has low 4 bits in ql[64h + l + 32 (k % 2)] (low nibble for
-# k < 2, high for k >= 2) and high 2 bits at bit 2k of qh[32h + l]; x = d * scale_(e // 16) * (q - 32).
+# 128h + 32k + l (k = 0..3, l = 0..31) has low 4 bits in ql[64h + l + 32 (k % 2)] (low nibble
+# for k < 2, high for k >= 2) and high 2 bits at bit 2k of qh[32h + l];
+# x = d * scale_(e // 16) * (q - 32).
 
 
 def _make_qx_quants(x: Array, nmax: int) -> tuple[Array, Array]:
-    """ggml's `make_qx_quants` with rmse_type=1 and no importance weights: (scale, L) per row."""
+    """Ggml's `make_qx_quants` with rmse_type=1 and no importance weights: (scale, L) per row."""
     nmax_f = _F32(nmax)
     peak = _first_absmax(x)
     zero = np.abs(peak) < _GROUP_MAX_EPS
     safe_peak = np.where(zero, _F32(1), peak)
+    x = np.ascontiguousarray(x.T)  # (n, rows): element-major, see _seq_sum
     weights = x * x
 
     def candidate(iscale: Array) -> tuple[Array, Array, Array]:
-        q = np.clip(_nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
+        q = np.clip(_nearest_int(iscale * x), -nmax, nmax - 1)
         qf = q.astype(_F32)
         sumlx = _seq_sum(weights * x * qf)
         suml2 = _seq_sum(weights * qf * qf)
@@ -267,12 +277,12 @@ def _make_qx_quants(x: Array, nmax: int) -> tuple[Array, Array]:
     for step in (*range(-9, 0), *range(1, 10)):
         q, sumlx, suml2 = candidate(-(nmax_f + _F32(0.1) * _F32(step)) / safe_peak)
         better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-        levels = np.where(better[:, None], q, levels)
+        levels = np.where(better, q, levels)
         scale = np.where(better, sumlx / np.where(suml2 > 0, suml2, _F32(1)), scale)
         best = np.where(better, scale * sumlx, best)
     scale = np.where(zero, _F32(0), scale)
-    levels = np.where(zero[:, None], 0, levels + nmax)
-    return scale.astype(_F32), levels
+    levels = np.where(zero, 0, levels + nmax)
+    return scale.astype(_F32), levels.T
 
 
 def _quantize_q6_k(blocks: Array) -> Array:
@@ -292,8 +302,9 @@ def _quantize_q6_k(blocks: Array) -> Array:
     levels = np.where((sub_d == 0)[..., None], levels, requant).astype(np.uint8)
     levels = levels.reshape(n, 2, 4, 32)  # (n, half, k, l)
     low = levels & np.uint8(0x0F)
-    ql = np.concatenate([low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4)],
-                        axis=-1).reshape(n, 128)
+    ql = np.concatenate(
+        [low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4)], axis=-1
+    ).reshape(n, 128)
     shifts = np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     qh = np.bitwise_or.reduce((levels >> np.uint8(4)) << shifts, axis=2).reshape(n, 64)
     out = np.concatenate([ql, qh, sub_scales.view(np.uint8), d.view(np.uint8)], axis=-1)
@@ -387,7 +398,11 @@ def quantize(x: Any, format: str) -> Array:
     array = np.asarray(x)
     blocks = _blocks("quantize", array, codec.block)
     with np.errstate(all="ignore"):
-        raw = codec.quantize_blocks(blocks)
+        # Chunks of blocks keep the K-quant searches' working set in cache.
+        raw = np.concatenate(
+            [codec.quantize_blocks(blocks[i : i + _CHUNK]) for i in range(0, len(blocks), _CHUNK)]
+            or [np.zeros((0, codec.block_bytes), np.uint8)]
+        )
     last = array.shape[-1] // codec.block * codec.block_bytes
     return raw.reshape(*array.shape[:-1], last)
 

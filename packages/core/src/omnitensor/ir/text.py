@@ -45,6 +45,8 @@ READABLE_ELEMENTS: Final = 32
 
 _DTYPES: Final[dict[str, DType]] = {d.short: d for d in ALL} | {d.name: d for d in ALL}
 _ROLES: Final[dict[str, Role]] = {r.value: r for r in Role}
+# What a rule may raise, besides OmnitensorError, when handed attributes of the wrong kind.
+_RULE_ERRORS: Final = (TypeError, ValueError, IndexError, KeyError, AttributeError)
 _NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.$]*\Z")
 
 
@@ -86,8 +88,8 @@ def _format_dense(array: Array) -> str:
         raise OmnitensorError(f"text: cannot print an array of dtype {array.dtype}") from exc
     head = f"dense<{TensorType(array.shape, dtype)}>"
     if array.size > READABLE_ELEMENTS:
-        native = np.ascontiguousarray(array, dtype=dtype.np)
-        return f'{head}"{native.tobytes().hex()}"'
+        little = np.ascontiguousarray(array, dtype=dtype.np.newbyteorder("<"))
+        return f'{head}"{little.tobytes().hex()}"'
     if dtype.is_floating:
         values = array.astype(np.float64).tolist()
     else:
@@ -407,7 +409,8 @@ class _Parser:
                     token,
                     f"dense {type}: wrong byte count (got {len(raw)}, expected {type.nbytes})",
                 )
-            return np.frombuffer(raw, dtype=np_dtype).reshape(type.shape).copy()
+            little = np.frombuffer(raw, dtype=np_dtype.newbyteorder("<"))
+            return little.astype(np_dtype).reshape(type.shape)
         token = self.peek()
         flat: list[Any] = []
         self.elements(type.shape, type.dtype, flat)
@@ -428,8 +431,8 @@ class _Parser:
         items = self.comma_list("]", lambda: self.elements(shape[1:], dtype, out))
         if len(items) != shape[0]:
             raise self.error(
-                start, f"dense array: wrong number of elements (got {len(items)}, expected "
-                f"{shape[0]})"
+                start,
+                f"dense array: wrong number of elements (got {len(items)}, expected {shape[0]})",
             )
 
     def scalar(self, dtype: DType) -> Any:
@@ -541,6 +544,10 @@ class _Parser:
             inferred = infer_types(opdef, [v.type for v in operands], full)
         except OmnitensorError as exc:
             raise self.error(op_token, exc.message) from exc
+        except _RULE_ERRORS as exc:
+            # An op's rule fed an attribute of the wrong kind (``axes=1.5``) may fail in Python
+            # before it can say so itself; in text that is still a parse error.
+            raise self.error(op_token, f"{opdef.name}: attributes rejected ({exc!r})") from exc
         if list(inferred) != printed or len(result_tokens) != len(inferred):
             raise self.error(
                 colon,
@@ -580,7 +587,10 @@ def parse_function(text: str) -> Function:
         ParseError: naming the line and column (and carrying ``offset``) of the first problem.
     """
     parser = _Parser(text)
-    fn = parser.function()
+    try:
+        fn = parser.function()
+    except RecursionError:
+        raise parser.error(parser.peek(), "nesting is too deep") from None
     token = parser.peek()
     if token.kind != "eof":
         raise parser.error(token, f"unexpected text after the function ({token.text!r})")

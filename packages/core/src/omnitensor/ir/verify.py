@@ -34,21 +34,30 @@ def _check_inputs(fn: Function, defined: dict[int, Value]) -> None:
             raise _fail(fn, where, f"not an Input holding a Value (got {spec!r})")
         if not isinstance(spec.role, Role):
             raise _fail(
-                fn, where, f"invalid role (got {spec.role!r}, expected one of "
-                f"{', '.join(r.name for r in Role)})"
+                fn,
+                where,
+                f"invalid role (got {spec.role!r}, expected one of "
+                f"{', '.join(r.name for r in Role)})",
             )
         if not isinstance(spec.name, str):
             raise _fail(fn, where, f"name must be a str (got {spec.name!r})")
         if not isinstance(spec.value.type, (TensorType, QTensorType)):
-            raise _fail(fn, where, f"type must be a TensorType or QTensorType (got "
-                        f"{spec.value.type!r})")
+            raise _fail(
+                fn, where, f"type must be a TensorType or QTensorType (got {spec.value.type!r})"
+            )
         if spec.value.id in defined:
             raise _fail(fn, where, f"value %{spec.value.id} is defined twice")
         defined[spec.value.id] = spec.value
 
 
-def _check_use(fn: Function, where: str, what: str, value: Any, defined: dict[int, Value],
-               op: str | None = None) -> None:
+def _check_use(
+    fn: Function,
+    where: str,
+    what: str,
+    value: Any,
+    defined: dict[int, Value],
+    op: str | None = None,
+) -> None:
     if not isinstance(value, Value):
         raise _fail(fn, where, f"{what} is not a Value (got {value!r})", op)
     known = defined.get(value.id)
@@ -58,8 +67,10 @@ def _check_use(fn: Function, where: str, what: str, value: Any, defined: dict[in
         )
     if known is not value:
         raise _fail(
-            fn, where, f"{what} %{value.id} is not the value defined under that id "
-            f"(two values share the id)", op
+            fn,
+            where,
+            f"{what} %{value.id} is not the value defined under that id (two values share the id)",
+            op,
         )
 
 
@@ -71,8 +82,11 @@ def _check_attrs(fn: Function, inst: Instruction, declared: list[str]) -> None:
         raise _fail(fn, where, f"unknown attribute(s) {unknown} (expected {declared})", inst.op)
     if missing:
         raise _fail(
-            fn, where, f"missing attribute(s) {missing} (expected {declared}); attributes are "
-            f"stored complete, with defaults filled", inst.op
+            fn,
+            where,
+            f"missing attribute(s) {missing} (expected {declared}); attributes are "
+            f"stored complete, with defaults filled",
+            inst.op,
         )
     for name, value in inst.attrs.items():
         if isinstance(value, list):
@@ -82,8 +96,10 @@ def _check_attrs(fn: Function, inst: Instruction, declared: list[str]) -> None:
                 verify(value)
             except VerificationError as exc:
                 raise _fail(
-                    fn, where, f"attribute {name!r} holds an invalid function: {exc.message}",
-                    inst.op
+                    fn,
+                    where,
+                    f"attribute {name!r} holds an invalid function: {exc.message}",
+                    inst.op,
                 ) from exc
 
 
@@ -100,10 +116,15 @@ def _check_instruction(fn: Function, inst: Instruction, defined: dict[int, Value
         inferred = infer_types(opdef, [v.type for v in inst.operands], inst.attrs)
     except OmnitensorError as exc:
         raise _fail(fn, where, f"the op's rule rejects it: {exc.message}", inst.op) from exc
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+        # A rule handed attributes of the wrong kind may fail in Python before it can say so.
+        raise _fail(fn, where, f"the op's rule rejects it ({exc!r})", inst.op) from exc
     recorded = [v.type if isinstance(v, Value) else v for v in inst.results]
     if list(inferred) != recorded:
         raise _fail(
-            fn, where, f"result types differ from the op's rule (got "
+            fn,
+            where,
+            f"result types differ from the op's rule (got "
             f"({', '.join(map(str, recorded))}), expected ({', '.join(map(str, inferred))}))",
             inst.op,
         )

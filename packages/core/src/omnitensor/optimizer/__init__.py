@@ -20,6 +20,7 @@ from .pipeline import OptimizeStats as OptimizeStats
 from .pipeline import PipelineOptimizer as PipelineOptimizer
 from .pipeline import knobs as knobs
 from .pipeline import optimize as optimize
+from .pipeline import optimize_for_backend as optimize_for_backend
 from .pipeline import stats as stats
 from .registry import Pattern as Pattern
 from .registry import all_patterns as all_patterns
@@ -45,6 +46,7 @@ __all__ = [
     "apply_patterns",
     "knobs",
     "optimize",
+    "optimize_for_backend",
     "pattern",
     "plan_hoist",
     "split_param_only",

@@ -1,11 +1,12 @@
 """The default optimizer pipeline (`PipelineOptimizer`, `optimize`) and its knobs and counters.
 
-Order: a bounded fixed-point loop of canonicalization, folding and CSE (``OMNITENSOR_OPT_PRE_ITERS``,
-default 2), the backend's passes (given in the `PassContext`; the plugin hook supplies them),
-param-only hoisting (when the context asks), then a bounded fixed-point loop of CSE, DCE and
-canonicalization (``OMNITENSOR_OPT_POST_ITERS``, default 4). ``OMNITENSOR_OPT=0`` switches it
-off; ``OMNITENSOR_PASS_STATS=1`` logs per-pass runs, rewrites and time at WARNING. Every
-variable is read at call time.
+Order: a bounded fixed-point loop of canonicalization, folding and CSE
+(``OMNITENSOR_OPT_PRE_ITERS``, default 2), the backend's passes (given in the `PassContext`;
+the plugin hook supplies them), param-only hoisting (when the context asks), then a bounded
+fixed-point loop of CSE, DCE and canonicalization (``OMNITENSOR_OPT_POST_ITERS``, default
+4). ``OMNITENSOR_OPT=0`` switches it off; ``OMNITENSOR_PASS_STATS=1`` logs per-pass runs,
+rewrites and time at WARNING; ``OMNITENSOR_OPT_VERIFY=1`` runs the verifier after every pass
+(tests set it). Every variable is read at call time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "enabled",
     "knobs",
     "optimize",
+    "optimize_for_backend",
     "stats",
 ]
 
@@ -152,7 +154,7 @@ class OptimizerCounters:
 
     def reset(self) -> None:
         """Zero every counter."""
-        self.__init__()  # type: ignore[misc]
+        self.__init__()
 
     def snapshot(self) -> dict[str, int]:
         """The scalar counters as a dict."""
@@ -372,3 +374,22 @@ def optimize(fn: Function, context: PassContext | None = None) -> tuple[Function
     if _DEFAULT is None:
         _DEFAULT = PipelineOptimizer()
     return _DEFAULT.run(fn, context)
+
+
+def optimize_for_backend(function: Function, backend: Any, *, passes: Sequence[Any] = (),
+                         trace: Trace | None = None) -> Function:
+    """The tensor layer's entry point: `optimize` for `backend`, keeping the function's inputs.
+
+    No hoisting happens here (it adds inputs); call `optimize` with ``PassContext(hoist=True)``
+    for that. With ``OMNITENSOR_OPT=0`` `function` itself is returned.
+
+    Args:
+        function: the captured function (not modified).
+        backend: a `Backend` (its ``name`` is used) or a backend name.
+        passes: the backend's passes, as ``backend.registry.backend_passes(name)`` returns them
+            (the optimizer does not import the plugin registry).
+        trace: the realization's dump trace, if any.
+    """
+    name = backend if isinstance(backend, str) else getattr(backend, "name", None)
+    out, _ = optimize(function, PassContext(backend=name, backend_passes=passes, trace=trace))
+    return out

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import VerificationError
 from ..ir.builder import infer_types, normalize_attrs
-from ..ir.opdef import OpDef, OpView, Trait, all_ops
+from ..ir.opdef import OpDef, all_ops
 from ..ir.program import Function, Instruction
 from ..ir.types import TensorType, Value
 from .registry import Pattern
@@ -48,9 +48,17 @@ def is_pure(op: str) -> bool:
     return op not in _IMPURE
 
 
+_OPDEFS: dict[str, OpDef] = {}
+
+
 def opdef_or_none(name: str) -> OpDef | None:
     """The op named `name`, or None while it is not declared (patterns look ops up lazily)."""
-    return all_ops().get(name)
+    found = _OPDEFS.get(name)
+    if found is None:
+        # NOTE: all_ops() copies the registry, so it is consulted only on a miss.
+        _OPDEFS.update(all_ops())
+        found = _OPDEFS.get(name)
+    return found
 
 
 def view(name: str, inst: Instruction | None) -> Any:
@@ -353,9 +361,12 @@ class Rewriter:
 
 
 def _opdef(name: str) -> OpDef:
+    found = opdef_or_none(name)
+    if found is not None:
+        return found
     from ..ir.opdef import get_op
 
-    return get_op(name)
+    return get_op(name)  # raises, naming the unknown op and the closest known ones
 
 
 # --- value inspection helpers for patterns ----------------------------------------------------
@@ -471,16 +482,17 @@ def apply_patterns(function: Function, patterns: Sequence[Pattern], *, erase_dea
             worklist.append(inst.id)
 
     rw = Rewriter(function, on_change=push)
-    for inst in rw:
-        push(inst)
+    for first in rw:
+        push(first)
     failed: dict[tuple[str, int], tuple[int, ...]] = {}
     total = 0
     while worklist:
         inst_id = worklist.popleft()
         queued.discard(inst_id)
-        inst = rw.get(inst_id)
-        if inst is None:
+        current = rw.get(inst_id)
+        if current is None:
             continue
+        inst = current
         if erase_dead and is_pure(inst.op) and rw.is_dead(inst):
             result.erased_dead += rw.erase_dead([inst])
             continue

@@ -8,6 +8,7 @@ recursion limit), turns leaves into function inputs and computes the plan-cache 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from ..ir.program import Function, Role
 from ..ir.types import TensorType, Type, Value
 
 __all__ = ["Capture", "Node", "Ref", "capture", "record"]
+
+_versions = itertools.count(1)
 
 #: Constants with at most this many elements are part of the program (and of the cache key);
 #: larger ones are inputs (DESIGN §4).
@@ -42,7 +45,8 @@ class Node:
         role: the function-input role this leaf takes when captured.
         name: a human name for dumps (parameter names).
         placeholder: index of the traced argument this leaf stands for (inside `compile`).
-        version: bumped each time the buffers change identity (hoisting cache keys use it).
+        version: a process-unique number, renewed whenever the node's buffers change (the
+            hoisted-work cache keys on parameter leaves' versions).
         deleted: set when the buffer was donated to a compiled call.
     """
 
@@ -61,7 +65,7 @@ class Node:
         self.role = Role.DATA
         self.name = ""
         self.placeholder: int | None = None
-        self.version = 0
+        self.version = next(_versions)
         self.deleted = False
 
     @property
@@ -87,7 +91,7 @@ class Node:
         """Turn this node into a realized leaf holding `buffers` (drops the graph behind it)."""
         self.op, self.inputs, self.attrs = None, (), {}
         self.buffers, self.host, self.backend = buffers, None, backend
-        self.version += 1
+        self.version = next(_versions)
 
 
 Ref = tuple[Node, int]

@@ -19,7 +19,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from ..backend.contract import Backend
 from ..errors import OmnitensorError, TraceError
 from .graph import Node, Ref, capture
-from .realize import compile_plan, leaf_buffers, pick_backend, realize_refs, stats, tracing
+from .realize import (compile_plan, leaf_buffers, pick_backend, realize_refs, run_plan, stats,
+                      tracing)
 from .tensor import Tensor
 
 __all__ = ["CompiledFunction", "compile"]
@@ -71,6 +72,7 @@ class _Trace:
     """One traced signature: the plan and how to feed and unpack it."""
 
     plan: Any
+    key: str
     backend: Backend
     leaves: list[Ref]
     handles: dict[int, list[weakref.ref[Tensor]]]  # leaf position -> handles that held it
@@ -149,9 +151,9 @@ class CompiledFunction(Generic[P, R]):
             pos = by_leaf.get((id(node), index))
             if pos is not None and node.placeholder is None:
                 handles.setdefault(pos, []).append(ref)
-        return _Trace(plan, chosen, cap.leaves, handles, out_spec, len(out_leaves), rebound)
+        return _Trace(plan, cap.key, chosen, cap.leaves, handles, out_spec, len(out_leaves), rebound)
 
-    def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> list[Any]:
+    def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> tuple[list[Ref], list[Any]]:
         refs: list[Ref] = []
         for pos, (node, index) in enumerate(trace.leaves):
             if node.placeholder is not None:
@@ -165,16 +167,16 @@ class CompiledFunction(Generic[P, R]):
                     break
             refs.append(current)
         realize_refs(refs)
-        return leaf_buffers(refs, trace.backend)
+        return refs, leaf_buffers(refs, trace.backend)
 
     def _run(self, trace: _Trace, args: Any, arg_leaves: list[Tensor]) -> Any:
-        buffers = self._inputs(trace, arg_leaves)
+        refs, buffers = self._inputs(trace, arg_leaves)
         donated = frozenset(
             pos for pos, (node, _) in enumerate(trace.leaves)
             if node.placeholder is not None and _arg_position(args, arg_leaves[node.placeholder])
             in self.donate
         )
-        outputs = trace.backend.run(trace.plan.executable, buffers, donated=donated)
+        outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=donated)
         stats.cache_hits += 1
         for pos in donated:
             arg_leaves[trace.leaves[pos][0].placeholder or 0]._node.deleted = True

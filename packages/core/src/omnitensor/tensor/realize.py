@@ -17,6 +17,7 @@ from typing import Any
 from ..backend.contract import Backend, Executable
 from ..errors import OmnitensorError, TraceError
 from ..ir.program import Function
+from ..optimizer.passes.hoist import HoistCache
 from .graph import Capture, Node, Ref, capture
 
 __all__ = ["Plan", "PlanCache", "Stats", "plan_cache", "realize_refs", "stats"]
@@ -33,6 +34,7 @@ class Stats:
     cache_misses: int = 0
     compiles: int = 0
     optimizer_runs: int = 0
+    prelude_runs: int = 0
 
     def reset(self) -> None:
         """Zero every counter."""
@@ -54,6 +56,8 @@ class Plan:
     executable: Executable
     function: Function
     backend: Backend
+    prelude: Executable | None = None
+    prelude_inputs: tuple[int, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,34 +91,64 @@ class PlanCache:
 
 
 plan_cache = PlanCache()
+hoist_cache: HoistCache[list[Any]] = HoistCache()
 
 #: Set while `omnitensor.compile` traces a function: realizing then is an error.
 tracing: contextvars.ContextVar[Any] = contextvars.ContextVar("omnitensor_tracing", default=None)
 
 
-def optimizer_knobs() -> tuple[str, ...]:
-    """Environment knobs that change what the optimizer produces (part of the cache key)."""
-    return tuple(os.environ.get(k, "") for k in
-                 ("OMNITENSOR_OPT", "OMNITENSOR_OPT_PRE_ITERS", "OMNITENSOR_OPT_POST_ITERS"))
+def optimizer_knobs() -> tuple[Any, ...]:
+    """Optimizer knobs in force (part of the cache key: they change the compiled program)."""
+    from ..optimizer import knobs
+
+    return knobs()
 
 
-def optimize(function: Function, backend: Backend) -> Function:
-    """Run the optimizer pipeline on `function` for `backend` (counted in `stats`)."""
-    try:
-        from ..optimizer import optimize_for_backend
-    except ImportError:  # TODO(#4): remove once the optimizer package exports it
-        return function
+def compile_plan(cap: Capture, backend: Backend, *, hoist: bool = True) -> Plan:
+    """Build, optimize, check and compile the captured function (the miss path).
+
+    With `hoist`, parameter-only work is split into a prelude whose outputs are cached per
+    parameter buffer versions (`run_plan`).
+    """
+    from ..backend.registry import backend_passes
+    from ..optimizer import PassContext, dump, optimize
+
     stats.optimizer_runs += 1
-    return optimize_for_backend(function, backend)
+    function = cap.function()
+    trace = dump.start_trace(function.signature(), cache_hit=False, backend=backend.name) if (
+        dump.dump_dir() is not None) else None
+    try:
+        context = PassContext(backend=backend.name, backend_passes=backend_passes(backend.name),
+                              hoist=hoist, trace=trace)
+        main, result = optimize(function, context)
+        plan = Plan(_compile(main, backend), main, backend)
+        if result.prelude is not None:
+            plan.prelude = _compile(result.prelude, backend)
+            plan.prelude_inputs = tuple(result.prelude_inputs)
+    finally:
+        if trace is not None:
+            trace.close()
+    return plan
 
 
-def compile_plan(cap: Capture, backend: Backend) -> Plan:
-    """Build, optimize, check and compile the captured function (the miss path)."""
-    function = optimize(cap.function(), backend)
+def _compile(function: Function, backend: Backend) -> Executable:
     backend.check(function)
     stats.compiles += 1
-    executable = backend.compile(function)
-    return Plan(executable, function, backend)
+    return backend.compile(function)
+
+
+def run_plan(plan: Plan, key: str, leaves: Sequence[Ref], buffers: list[Any], *,
+             donated: frozenset[int] = frozenset()) -> list[Any]:
+    """Run `plan` on input `buffers`, serving hoisted parameter work from the cache."""
+    if plan.prelude is not None:
+        versions = tuple(leaves[i][0].version for i in plan.prelude_inputs)
+
+        def run_prelude() -> list[Any]:
+            stats.prelude_runs += 1
+            return plan.backend.run(plan.prelude, [buffers[i] for i in plan.prelude_inputs])
+
+        buffers = buffers + list(hoist_cache.get_or_compute(key, versions, run_prelude))
+    return plan.backend.run(plan.executable, buffers, donated=donated)
 
 
 def leaf_buffers(leaves: Sequence[Ref], backend: Backend) -> list[Any]:
@@ -190,7 +224,7 @@ def realize_refs(refs: Sequence[Ref]) -> None:
         plan_cache.put(key, plan)
     else:
         stats.cache_hits += 1
-    outputs = backend.run(plan.executable, buffers)
+    outputs = run_plan(plan, key, cap.leaves, buffers)
     position = 0
     for node in nodes.values():
         count = len(node.types)

@@ -17,6 +17,7 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import DTypeError, OmnitensorError, ShapeError
 from ..ir.opdef import Trait, get_op
+from ..ir.program import Role
 from ..ir.types import TensorType
 from .graph import Node, Ref, record
 from .indexing import TensorIndexing
@@ -41,15 +42,26 @@ class Tensor(TensorMath, TensorIndexing):
     when read (`numpy`, `item`, `tolist`, `repr`, `realize`) or when a compiled function returns.
     """
 
-    __slots__ = ("__weakref__", "_grad_fn", "_index", "_node", "grad")
+    __slots__ = ("__weakref__", "_grad_fn", "_index", "_node", "_parameter", "grad")
 
     __array_priority__ = 100  # numpy defers binary operators to Tensor
 
     def __init__(self, node: Node, index: int = 0) -> None:
         self._node = node
         self._index = index
+        self._parameter: str | None = None
         self._grad_fn: Any = None  # autograd node when this value requires grad
         self.grad: Tensor | None = None
+
+    def mark_parameter(self, name: str) -> Tensor:
+        """Declare this handle a model parameter named `name` (returns self).
+
+        Whatever value the handle holds when it is used enters programs as a `Role.PARAMETER`
+        input, so parameter-only work (transposes, dequantization) is hoisted and cached until
+        the handle is rebound to a new value (an optimizer step).
+        """
+        self._parameter = name
+        return self
 
     # --- construction helpers ---------------------------------------------------------------
 
@@ -82,7 +94,10 @@ class Tensor(TensorMath, TensorIndexing):
         state = tracing.get()
         if state is not None:
             state.saw(self)
-        return (self._node, self._index)
+        node = self._node
+        if self._parameter is not None and node.is_leaf and node.placeholder is None:
+            node.role, node.name = Role.PARAMETER, self._parameter
+        return (node, self._index)
 
     def _view_or_apply(self, op: str, **attrs: Any) -> Tensor:
         """A zero-copy view of a realized value where the backend allows, else a lazy op."""

@@ -9,11 +9,11 @@ if TYPE_CHECKING:
     from ...tensor.tensor import Tensor
 
 
-def op(name: str, *inputs: Tensor, **attrs: Any) -> Tensor:
+def op(op_name: str, *inputs: Tensor, **attrs: Any) -> Tensor:
     """Record one PTIR op (the same path every Tensor method takes)."""
     from ...tensor.tensor import Tensor
 
-    return Tensor._apply(name, *inputs, **attrs)
+    return Tensor._apply(op_name, *inputs, **attrs)
 
 
 def zeros(shape: Sequence[int], like: Tensor) -> Tensor:

@@ -86,7 +86,7 @@ def _binary(name: str, kernel: Callable[..., Array], dtypes: tuple[DType, ...], 
 def _erf(x: Array) -> Array:
     # NOTE: numpy has no erf; math.erf is correctly rounded-ish in float64, which is what the
     # reference wants (speed is the business of real backends).
-    return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float64)
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64))).astype(np.float64)
 
 
 def _logistic(x: Array) -> Array:

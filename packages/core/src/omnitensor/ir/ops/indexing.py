@@ -40,7 +40,7 @@ Array = np.ndarray[Any, Any]
 def _int(op: str, what: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise OmnitensorError(f"{op}: attribute {what!r} must be an int (got {value!r})", op=op)
-    return value
+    return int(value)
 
 
 def _axis(op: str, ndim: int, axis: Any) -> int:
@@ -51,14 +51,15 @@ def _axis(op: str, ndim: int, axis: Any) -> int:
             f"[{-ndim}, {ndim}))",
             op=op,
         )
-    return axis % ndim
+    return int(axis) % ndim
 
 
 # --- gather / scatter_add -----------------------------------------------------------------------
 
 
-def _gather_shape(op: str, operand: TensorType, indices: TensorType, axis: Any,
-                  batch_dims: Any) -> tuple[int, tuple[int, ...]]:
+def _gather_shape(
+    op: str, operand: TensorType, indices: TensorType, axis: Any, batch_dims: Any
+) -> tuple[int, tuple[int, ...]]:
     """(normalized axis, result shape) of a tf.gather-style gather; raises ShapeError."""
     if operand.ndim == 0:
         raise ShapeError(f"{op}: operand must have rank >= 1 (got shape {operand.shape})", op=op)
@@ -88,8 +89,9 @@ def _gather_shape(op: str, operand: TensorType, indices: TensorType, axis: Any,
     return axis, shape
 
 
-def _gather_layout(operand_shape: tuple[int, ...], indices: Array, axis: int,
-                   batch_dims: int) -> tuple[tuple[int, int, int, int], Array]:
+def _gather_layout(
+    operand_shape: tuple[int, ...], indices: Array, axis: int, batch_dims: int
+) -> tuple[tuple[int, int, int, int], Array]:
     """Collapse to (B, P, n, Q) operand blocks and clamped (B, I) indices."""
     b = math.prod(operand_shape[:batch_dims])
     p = math.prod(operand_shape[batch_dims:axis])
@@ -118,13 +120,17 @@ class GatherView(OpView):
     batch_dims: int = attribute(0)
 
     @staticmethod
-    def infer(operand: TensorType, indices: TensorType, *, axis: int,
-              batch_dims: int) -> TensorType:
-        return TensorType(_gather_shape("gather", operand, indices, axis, batch_dims)[1],
-                          operand.dtype)
+    def infer(
+        operand: TensorType, indices: TensorType, *, axis: int, batch_dims: int
+    ) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
+        return TensorType(
+            _gather_shape("gather", operand, indices, axis, batch_dims)[1], operand.dtype
+        )
 
     @staticmethod
     def reference(operand: Array, indices: Array, *, axis: int, batch_dims: int) -> Array:
+        """The numpy reference kernel."""
         axis = axis % operand.ndim
         (b, p, n, q), idx = _gather_layout(operand.shape, indices, axis, batch_dims)
         blocks = operand.reshape(b, p, n, q).transpose(0, 2, 1, 3)  # (B, n, P, Q)
@@ -153,8 +159,10 @@ class ScatterAddView(OpView):
     batch_dims: int = attribute(0)
 
     @staticmethod
-    def infer(operand: TensorType, indices: TensorType, updates: TensorType, *, axis: int,
-              batch_dims: int) -> TensorType:
+    def infer(
+        operand: TensorType, indices: TensorType, updates: TensorType, *, axis: int, batch_dims: int
+    ) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
         _, shape = _gather_shape("scatter_add", operand, indices, axis, batch_dims)
         if updates.dtype != operand.dtype:
             raise DTypeError(
@@ -174,8 +182,10 @@ class ScatterAddView(OpView):
         return operand
 
     @staticmethod
-    def reference(operand: Array, indices: Array, updates: Array, *, axis: int,
-                  batch_dims: int) -> Array:
+    def reference(
+        operand: Array, indices: Array, updates: Array, *, axis: int, batch_dims: int
+    ) -> Array:
+        """The numpy reference kernel."""
         axis = axis % operand.ndim
         (b, p, n, q), idx = _gather_layout(operand.shape, indices, axis, batch_dims)
         dtype = operand.dtype
@@ -205,8 +215,9 @@ def _check_starts(op: str, operand: TensorType, starts: Sequence[TensorType]) ->
             )
 
 
-def _clamped_starts(shape: tuple[int, ...], sizes: Sequence[int],
-                    starts: Sequence[Array]) -> tuple[slice, ...]:
+def _clamped_starts(
+    shape: tuple[int, ...], sizes: Sequence[int], starts: Sequence[Array]
+) -> tuple[slice, ...]:
     """StableHLO's clamp: each start to ``[0, dim - size]``."""
     out = []
     for dim, size, start in zip(shape, sizes, starts, strict=True):
@@ -230,8 +241,10 @@ class DynamicSliceView(OpView):
     sizes: tuple[int, ...] = attribute()
 
     @staticmethod
-    def infer(operand: TensorType, start_indices: tuple[TensorType, ...], *,
-              sizes: tuple[int, ...]) -> TensorType:
+    def infer(
+        operand: TensorType, start_indices: tuple[TensorType, ...], *, sizes: tuple[int, ...]
+    ) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
         _check_starts("dynamic_slice", operand, start_indices)
         ok = isinstance(sizes, tuple) and all(
             isinstance(s, int) and not isinstance(s, bool) for s in sizes
@@ -252,8 +265,10 @@ class DynamicSliceView(OpView):
         return TensorType(sizes, operand.dtype)
 
     @staticmethod
-    def reference(operand: Array, start_indices: tuple[Array, ...], *,
-                  sizes: tuple[int, ...]) -> Array:
+    def reference(
+        operand: Array, start_indices: tuple[Array, ...], *, sizes: tuple[int, ...]
+    ) -> Array:
+        """The numpy reference kernel."""
         return operand[_clamped_starts(operand.shape, sizes, start_indices)].copy()
 
 
@@ -272,8 +287,10 @@ class DynamicUpdateSliceView(OpView):
     start_indices = _operand(variadic=True, dtypes=INTEGER, min_count=0)
 
     @staticmethod
-    def infer(operand: TensorType, update: TensorType,
-              start_indices: tuple[TensorType, ...]) -> TensorType:
+    def infer(
+        operand: TensorType, update: TensorType, start_indices: tuple[TensorType, ...]
+    ) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
         op = "dynamic_update_slice"
         _check_starts(op, operand, start_indices)
         if update.dtype != operand.dtype:
@@ -296,6 +313,7 @@ class DynamicUpdateSliceView(OpView):
 
     @staticmethod
     def reference(operand: Array, update: Array, start_indices: tuple[Array, ...]) -> Array:
+        """The numpy reference kernel."""
         out = operand.copy()
         out[_clamped_starts(operand.shape, update.shape, start_indices)] = update
         return out
@@ -316,7 +334,8 @@ def _stable_order(x: Array, axis: int, descending: bool) -> Array:
     # which equal keys keep increasing original indices, and NaN (last ascending) comes first.
     n = x.shape[axis]
     flipped = np.argsort(np.flip(x, axis=axis), axis=axis, kind="stable")
-    return (n - 1) - np.flip(flipped, axis=axis)
+    order: Array = (n - 1) - np.flip(flipped, axis=axis)
+    return order
 
 
 @primitive("sort", traits=Trait.MULTI_RESULT, dtypes=NUMERIC)
@@ -336,9 +355,9 @@ class SortView(OpView):
 
     @staticmethod
     def infer(x: TensorType, *, axis: int, descending: bool) -> tuple[TensorType, TensorType]:
+        """The shape/dtype rule (see the class docstring)."""
         if x.ndim == 0:
-            raise ShapeError(f"sort: operand must have rank >= 1 (got shape {x.shape})",
-                             op="sort")
+            raise ShapeError(f"sort: operand must have rank >= 1 (got shape {x.shape})", op="sort")
         _axis("sort", x.ndim, axis)
         if not isinstance(descending, bool):
             raise OmnitensorError(
@@ -348,6 +367,7 @@ class SortView(OpView):
 
     @staticmethod
     def reference(x: Array, *, axis: int, descending: bool) -> tuple[Array, Array]:
+        """The numpy reference kernel."""
         order = _stable_order(x, axis % x.ndim, descending)
         return np.take_along_axis(x, order, axis=axis), order.astype(np.int32)
 
@@ -366,6 +386,7 @@ class TopKView(OpView):
 
     @staticmethod
     def infer(x: TensorType, *, k: int) -> tuple[TensorType, TensorType]:
+        """The shape/dtype rule (see the class docstring)."""
         k = _int("top_k", "k", k)
         if x.ndim == 0 or not 0 <= k <= x.shape[-1]:
             raise ShapeError(
@@ -379,6 +400,7 @@ class TopKView(OpView):
 
     @staticmethod
     def reference(x: Array, *, k: int) -> tuple[Array, Array]:
+        """The numpy reference kernel."""
         order = _stable_order(x, x.ndim - 1, True)[..., :k]
         return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
 

@@ -25,10 +25,14 @@ DimPair = tuple[tuple[int, ...], tuple[int, ...]]
 
 def _pair(op: str, what: str, value: Any) -> DimPair:
     """An attribute ``(lhs_dims, rhs_dims)`` as two tuples of ints of equal length."""
-    ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(
-        isinstance(side, (tuple, list))
-        and all(isinstance(d, int) and not isinstance(d, bool) for d in side)
-        for side in value
+    ok = (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(
+            isinstance(side, (tuple, list))
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in side)
+            for side in value
+        )
     )
     if not ok:
         raise OmnitensorError(
@@ -132,8 +136,10 @@ class DotGeneralView(OpView):
     batch: DimPair = attribute(((), ()))
 
     @staticmethod
-    def infer(lhs: TensorType, rhs: TensorType, *, contracting: DimPair,
-              batch: DimPair) -> TensorType:
+    def infer(
+        lhs: TensorType, rhs: TensorType, *, contracting: DimPair, batch: DimPair
+    ) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
         if lhs.dtype != rhs.dtype:
             raise DTypeError(
                 f"dot_general: operand dtypes differ (got {lhs.dtype} and {rhs.dtype}, expected "
@@ -151,6 +157,7 @@ class DotGeneralView(OpView):
 
     @staticmethod
     def reference(lhs: Array, rhs: Array, *, contracting: DimPair, batch: DimPair) -> Array:
+        """The numpy reference kernel."""
         (lc, rc), (lb, rb) = dimension_numbers(lhs.shape, rhs.shape, contracting, batch)
         lf, rf = _free(lhs.ndim, lb, lc), _free(rhs.ndim, rb, rc)
         batch_shape = tuple(lhs.shape[d] for d in lb)
@@ -170,7 +177,8 @@ class DotGeneralView(OpView):
         a = np.transpose(lhs, lb + lf + lc).astype(work).reshape(b, m, k)  # (B, M, K)
         c = np.transpose(rhs, rb + rc + rf).astype(work).reshape(b, k, n)  # (B, K, N)
         out = np.matmul(a, c)  # (B, M, N)
-        return out.reshape(batch_shape + lhs_free + rhs_free).astype(dtype)
+        result: Array = out.reshape(batch_shape + lhs_free + rhs_free).astype(dtype)
+        return result
 
 
 match_dot_general = DotGeneralView.match

@@ -55,15 +55,16 @@ class DequantizeView(OpView):
 
     @staticmethod
     def infer(q: QTensorType, *, format: str, dtype: DType) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
         _check_format("dequantize", q, format)
         if not isinstance(dtype, DType):
-            raise DTypeError(f"dequantize: dtype must be a DType (got {dtype!r})",
-                             op="dequantize")
+            raise DTypeError(f"dequantize: dtype must be a DType (got {dtype!r})", op="dequantize")
         rules.check_dtype("dequantize", "result dtype", dtype, FLOATING)
         return TensorType(q.logical_shape, dtype)
 
     @staticmethod
     def reference(q: Array, *, format: str, dtype: DType) -> Array:
+        """The numpy reference kernel."""
         return quant_blocks.dequantize(q, format).astype(dtype.np)
 
 
@@ -86,10 +87,12 @@ class QMatmulView(OpView):
 
     @staticmethod
     def infer(x: TensorType, w: QTensorType, *, format: str) -> TensorType:
+        """The shape/dtype rule (see the class docstring)."""
         _check_format("qmatmul", w, format)
         if w.ndim != 2:
             raise ShapeError(
-                f"qmatmul: weight must be rank 2 [N, K] (got {w})", op="qmatmul",
+                f"qmatmul: weight must be rank 2 [N, K] (got {w})",
+                op="qmatmul",
                 shapes=[w.logical_shape],
             )
         if x.ndim == 0 or x.shape[-1] != w.logical_shape[1]:
@@ -103,6 +106,7 @@ class QMatmulView(OpView):
 
     @staticmethod
     def reference(x: Array, w: Array, *, format: str) -> Array:
+        """The numpy reference kernel."""
         work = np.float64 if x.dtype == float64.np else np.float32
         weight = quant_blocks.dequantize(w, format).astype(work)  # (N, K)
         out = np.matmul(x.astype(work), weight.T)  # (..., K) @ (K, N) -> (..., N)

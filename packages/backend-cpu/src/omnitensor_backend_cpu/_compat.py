@@ -1,0 +1,91 @@
+"""The one adapter around numba (untyped): jit decorators, threads, and a bit-cast intrinsic.
+
+Every other module of this package, and every generated kernel file, reaches numba through the
+typed names here, so ``mypy --strict`` needs ``ignore_missing_imports`` for numba/llvmlite only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, Final
+
+import numba  # type: ignore[import-untyped]
+from llvmlite import ir as _llvm_ir  # type: ignore[import-untyped]
+from numba import types as _types
+from numba.core.errors import NumbaPerformanceWarning  # type: ignore[import-untyped]
+from numba.extending import intrinsic as _intrinsic  # type: ignore[import-untyped]
+
+__all__ = [
+    "FASTMATH",
+    "NUMBA_VERSION",
+    "f64_from_bits",
+    "get_num_threads",
+    "jit",
+    "max_threads",
+    "prange",
+    "set_num_threads",
+]
+
+#: The only fastmath flags omnitensor uses: never ``nnan``/``ninf`` (NaN and inf stay right).
+FASTMATH: Final = frozenset({"contract", "reassoc", "arcp"})
+
+NUMBA_VERSION: Final[str] = str(numba.__version__)
+
+#: ``numba.prange`` (a plain range outside compiled code).
+prange: Any = numba.prange
+
+# NOTE: "parallel=True had no effect" is advice, not an error; it must not fail a test run.
+warnings.filterwarnings("ignore", category=NumbaPerformanceWarning)
+
+
+def jit(*, parallel: bool = False, fastmath: bool | frozenset[str] = FASTMATH,
+        cache: bool = True, inline: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit`` with omnitensor's defaults (cached, numpy error model, limited fastmath).
+
+    Args:
+        parallel: compile ``prange`` loops for numba's thread pool.
+        fastmath: flags (a subset of `FASTMATH`), or False for strict IEEE arithmetic.
+        cache: cache machine code on disk (``NUMBA_CACHE_DIR`` or next to the source).
+        inline: inline at the numba IR level (for tiny helpers; LLVM inlines the rest anyway).
+    """
+    flags: Any = set(fastmath) if fastmath else False
+    return numba.njit(  # type: ignore[no-any-return]
+        parallel=parallel,
+        fastmath=flags,
+        cache=cache,
+        error_model="numpy",
+        nogil=True,
+        inline="always" if inline else "never",
+    )
+
+
+def set_num_threads(n: int) -> None:
+    """Threads numba's parallel loops use (at most `max_threads`)."""
+    numba.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """Threads numba's parallel loops use now."""
+    return int(numba.get_num_threads())
+
+
+def max_threads() -> int:
+    """The size of numba's thread pool (``NUMBA_NUM_THREADS``, fixed at first use)."""
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+@_intrinsic  # type: ignore[untyped-decorator]
+def _bitcast_i64_f64(typingctx: Any, value: Any) -> Any:
+    # NOTE: numba has no scalar bit-cast; this one lowers to a single LLVM `bitcast`, which
+    # vectorizes (a 1-element array view would not).
+    sig = _types.float64(_types.int64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], _llvm_ir.DoubleType())
+
+    return sig, codegen
+
+
+#: ``f64_from_bits(i)``: the float64 whose IEEE bits are the int64 `i` (compiled code only).
+f64_from_bits: Any = _bitcast_i64_f64

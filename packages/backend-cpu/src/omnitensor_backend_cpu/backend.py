@@ -1,0 +1,142 @@
+"""`CpuBackend`: PTIR compiled to plans of fused numba kernels, BLAS calls and numpy kernels.
+
+Buffers are numpy arrays (strided: views are free). Every op and dtype the reference supports
+runs: what has no kernel of its own runs the core's numpy reference kernel inside the plan, so
+the declared capabilities are the reference's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, final
+
+import numpy as np
+
+from omnitensor.backend import Backend, Capabilities, Executable
+from omnitensor.dtypes import DType
+from omnitensor.ir import Function, Instruction, OpDef, all_ops
+from omnitensor.ir.interpret import check_result_input
+from omnitensor.ir.verify import verify
+
+from . import threads
+from .plan import Plan, build_plan
+
+__all__ = ["CpuBackend", "CpuExecutable"]
+
+logger = logging.getLogger(__name__)
+
+Array = np.ndarray[Any, Any]
+
+
+@final
+class CpuExecutable(Executable):
+    """A compiled plan and the function it came from.
+
+    Attributes:
+        function: the (verified) PTIR function.
+        plan: the steps, fused groups and buffer assignment.
+        compile_s: seconds spent compiling (numba compiles happen lazily on first run and are
+            added to `first_run_s`).
+        first_run_s: seconds of the first run (None before it).
+    """
+
+    def __init__(self, function: Function, plan: Plan, compile_s: float) -> None:
+        self.function = function
+        self.plan = plan
+        self.compile_s = compile_s
+        self.first_run_s: float | None = None
+
+
+def _read_only(array: Array) -> Array:
+    # NOTE: handed-out buffers must never be written (DESIGN §4); numpy enforces it for us.
+    array.flags.writeable = False
+    return array
+
+
+@final
+class CpuBackend(Backend):
+    """The CPU backend (``cpu``): numpy buffers, strided views, fused numba kernels, BLAS."""
+
+    name = "cpu"
+
+    def __init__(self) -> None:
+        self._capabilities: Capabilities | None = None
+        self.threads = threads.apply_from_env()
+
+    def capabilities(self) -> Capabilities:
+        """Every op x every dtype its declaration allows: ops without a kernel fall back."""
+        if self._capabilities is None:
+            ops: dict[str, frozenset[DType]] = {}
+            for name, opdef in all_ops().items():
+                dtypes = set(opdef.dtypes)
+                for spec in opdef.operands:
+                    dtypes.update(spec.dtypes or ())
+                ops[name] = frozenset(dtypes)
+            self._capabilities = Capabilities(
+                ops=ops,
+                strided_inputs=True,
+                notes={"kernels": "numba (fused), BLAS, numpy reference fallback",
+                       "threads": str(self.threads)},
+            )
+        return self._capabilities
+
+    def supports(self, inst: Instruction) -> str | None:
+        """None for every declared op (the reference kernels back every fast path)."""
+        if inst.op in self.capabilities().ops:
+            return None
+        return f"{inst.op} is not a declared op"
+
+    def upload(self, array: Array) -> Array:
+        """A read-only copy of `array` (the caller may keep writing its own)."""
+        return _read_only(np.array(array, copy=True))
+
+    def download(self, buffer: Any) -> Array:
+        """A writable copy of `buffer` that the caller owns."""
+        return np.array(buffer, copy=True)
+
+    def view(self, buffer: Any, op: OpDef, attrs: Mapping[str, Any]) -> Any | None:
+        """The op's reference kernel applied to `buffer`, when numpy made it a view (no copy)."""
+        with np.errstate(all="ignore"):
+            result = np.asarray(op.reference(buffer, **attrs))
+        if result.size == 0 or np.shares_memory(result, buffer):
+            return result
+        return None
+
+    def compile(self, function: Function) -> CpuExecutable:
+        """Verify `function` and compile it into a plan (kernels compile on first run)."""
+        start = time.perf_counter()
+        verify(function)
+        self.check(function)
+        plan = build_plan(function)
+        return CpuExecutable(function, plan, time.perf_counter() - start)
+
+    def run(self, executable: Executable, inputs: Sequence[Any], *,
+            donated: frozenset[int] = frozenset()) -> list[Any]:
+        """Run the plan; outputs are read-only (views of inputs where ops allow).
+
+        `donated` is accepted; the plan never writes an input, donated or not, yet.
+        """
+        if not isinstance(executable, CpuExecutable):
+            raise TypeError(f"cpu: cannot run {type(executable).__name__} (expected "
+                            f"CpuExecutable)")
+        function = executable.function
+        arrays = [np.asarray(x) for x in inputs]
+        if executable.first_run_s is None:
+            for spec, array in zip(function.inputs, arrays, strict=True):
+                check_result_input(spec.value.type, array)
+            start = time.perf_counter()
+            outputs = executable.plan.run(arrays)
+            executable.first_run_s = time.perf_counter() - start
+            logger.info("cpu: %s compiled in %.3f s, first run %.3f s (%d steps, %d fused)",
+                        function.name, executable.compile_s, executable.first_run_s,
+                        len(executable.plan.steps), len(executable.plan.groups))
+        else:
+            outputs = executable.plan.run(arrays)
+        input_ids = {id(x) for x in arrays}
+        return [out if id(out) in input_ids else _read_only(out) for out in outputs]
+
+    def device_info(self) -> dict[str, str]:
+        """The host and the thread count."""
+        return {"device": "host CPU (numba + BLAS)", "threads": str(self.threads)}

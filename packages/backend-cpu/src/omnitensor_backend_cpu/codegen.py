@@ -1,0 +1,235 @@
+"""Fused elementwise kernels: numba source generated per group, written to a cache folder.
+
+numba does not cache functions made by ``exec``, so each group's source is written to
+``<cache>/k_<hash>.py`` (hash of the source) and imported from there; ``cache=True`` then keeps
+the machine code across processes. One file serves every shape of its group: a flat kernel for
+C-contiguous operands and a loop nest over strided arrays (numba specializes on layout, not on
+sizes). What an op means in scalar code is the table `_EXPR`; anything absent is not fused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final
+
+from omnitensor.dtypes import DType, bool_, float32, float64
+from omnitensor.ir.program import Instruction
+
+from . import mathlib
+from ._compat import NUMBA_VERSION
+
+__all__ = ["FUSIBLE_DTYPES", "FusedGroup", "cache_dir", "can_fuse", "load_kernel"]
+
+logger = logging.getLogger(__name__)
+
+#: dtypes a fused kernel computes on (numba has no float16 arithmetic; integers keep numpy's
+#: wrapping semantics in the reference kernels).
+FUSIBLE_DTYPES: Final = frozenset({float32, float64, bool_})
+
+#: Transcendental ops whose float32 form uses `mathlib` (vectorizable, within the op's ULPs).
+FAST_F32: Final = {"exp": "exp32", "tanh": "tanh32", "erf": "erf32", "logistic": "logistic32"}
+
+_F64_LIBM: Final = {
+    "exp": "math.exp", "log": "math.log", "log1p": "math.log1p", "expm1": "math.expm1",
+    "tanh": "math.tanh", "sin": "math.sin", "cos": "math.cos", "erf": "math.erf",
+}
+
+_CMP: Final = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ARITH: Final = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_LOGIC: Final = {"and": "&", "or": "|", "xor": "^"}
+
+#: Elements above which a kernel runs on numba's thread pool (below, fork/join costs more).
+PARALLEL_THRESHOLD: Final = 1 << 17
+
+_FASTMATH: Final = "{'contract', 'reassoc', 'arcp'}"
+
+
+def _np(dtype: DType) -> str:
+    return {"float32": "np.float32", "float64": "np.float64", "bool": "np.bool_"}[dtype.name]
+
+
+def _expr(inst: Instruction, args: Sequence[str]) -> str | None:
+    """Scalar numba expression computing `inst` from its operand expressions (None: unfusable)."""
+    op = inst.op
+    out = inst.results[0].type.dtype  # type: ignore[union-attr]
+    cast = _np(out)
+    if op in _ARITH:
+        return f"({args[0]} {_ARITH[op]} {args[1]})"
+    if op in _CMP:
+        return f"({args[0]} {_CMP[op]} {args[1]})"
+    if op in _LOGIC and out == bool_:
+        return f"({args[0]} {_LOGIC[op]} {args[1]})"
+    if op == "not" and out == bool_:
+        return f"(not {args[0]})"
+    if op == "neg":
+        return f"(-{args[0]})"
+    if op == "abs":
+        return f"abs({args[0]})"
+    if op == "sqrt":
+        return f"math.sqrt({args[0]})"
+    if op == "rsqrt":
+        return f"{cast}(1.0 / math.sqrt(np.float64({args[0]})))"
+    if op in ("floor", "ceil"):
+        return f"np.{op}({args[0]})"
+    if op == "max":
+        a, b = args
+        return f"({a} if ({a} > {b} or {a} != {a}) else {b})"
+    if op == "min":
+        a, b = args
+        return f"({a} if ({a} < {b} or {a} != {a}) else {b})"
+    if op == "clamp":
+        lo, x, hi = args
+        low = f"({x} if ({x} > {lo} or {x} != {x}) else {lo})"
+        return f"({low} if ({low} < {hi} or {low} != {low}) else {hi})"
+    if op == "select":
+        return f"({args[1]} if {args[0]} else {args[2]})"
+    if op == "pow":
+        return f"{cast}(math.pow(np.float64({args[0]}), np.float64({args[1]})))"
+    if op == "convert":
+        if out == bool_:
+            return f"({args[0]} != 0)"
+        return f"{cast}({args[0]})"
+    if out == float32 and op in FAST_F32:
+        return f"np.float32({FAST_F32[op]}(np.float64({args[0]})))"
+    if op in _F64_LIBM:
+        return f"{cast}({_F64_LIBM[op]}(np.float64({args[0]})))"
+    return None
+
+
+def can_fuse(inst: Instruction) -> bool:
+    """True when `inst` is an elementwise op on fusible dtypes that `_EXPR` knows."""
+    types = [v.type for v in inst.operands] + [v.type for v in inst.results]
+    if len(inst.results) != 1 or any(getattr(t, "dtype", None) not in FUSIBLE_DTYPES
+                                     for t in types):
+        return False
+    return _expr(inst, ["a"] * len(inst.operands)) is not None
+
+
+@dataclass
+class FusedGroup:
+    """A run of elementwise instructions executed as one kernel.
+
+    Attributes:
+        insts: the instructions, in program order.
+        shape: the common result shape.
+        inputs: value ids read from outside (arrays of `shape`, possibly broadcast views).
+        literals: value id -> scalar (Python float/bool) inlined into the source.
+        outputs: value ids written to memory (used after the group or function outputs).
+    """
+
+    insts: list[Instruction]
+    shape: tuple[int, ...]
+    inputs: list[int]
+    literals: dict[int, Any]
+    outputs: list[int]
+
+    def source(self) -> str:
+        """The kernel module's source (its hash names the file)."""
+        dtypes = {v.id: v.type.dtype for i in self.insts for v in (*i.operands, *i.results)}
+        names = {vid: f"x{k}" for k, vid in enumerate(self.inputs)}
+        consts: list[str] = []
+        for k, (vid, value) in enumerate(sorted(self.literals.items())):
+            names[vid] = f"C{k}"
+            consts.append(f"C{k} = {_np(dtypes[vid])}({value!r})")
+        body: list[str] = [f"x{k} = in{k}[IDX]" for k in range(len(self.inputs))]
+        for inst in self.insts:
+            expr = _expr(inst, [names[v.id] for v in inst.operands])
+            assert expr is not None, inst
+            name = f"v{inst.results[0].id}"
+            body.append(f"{name} = {expr}")
+            names[inst.results[0].id] = name
+        body += [f"out{k}[IDX] = {names[vid]}" for k, vid in enumerate(self.outputs)]
+        params = ", ".join([f"in{k}" for k in range(len(self.inputs))]
+                           + [f"out{k}" for k in range(len(self.outputs))])
+        ndim = max(len(self.shape), 1)
+        lines = [
+            f"# omnitensor fused kernel (mathlib {mathlib.SOURCE_HASH}, numba {NUMBA_VERSION})",
+            "import math",
+            "import numpy as np",
+            "from omnitensor_backend_cpu._compat import jit, prange",
+            "from omnitensor_backend_cpu.mathlib import erf32, exp32, logistic32, tanh32",
+            "",
+            *consts,
+            f"FM = {_FASTMATH}",
+            "",
+        ]
+        for variant, loop in (("flat", "range"), ("flat_par", "prange")):
+            parallel = ", parallel=True" if loop == "prange" else ""
+            lines += [f"@jit(fastmath=FM{parallel})", f"def {variant}(n, {params}):",
+                      f"    for i in {loop}(n):"]
+            lines += [f"        {line.replace('IDX', 'i')}" for line in body]
+            lines.append("")
+        for variant, loop in (("nd", "range"), ("nd_par", "prange")):
+            parallel = ", parallel=True" if loop == "prange" else ""
+            lines += [f"@jit(fastmath=FM{parallel})", f"def {variant}({params}):",
+                      f"    shape = out0.shape"]
+            idx = ", ".join(f"i{d}" for d in range(ndim))
+            for d in range(ndim):
+                kind = loop if d == 0 else "range"
+                lines.append(f"    {'    ' * d}for i{d} in {kind}(shape[{d}]):")
+            lines += [f"    {'    ' * ndim}{line.replace('IDX', idx)}" for line in body]
+            lines.append("")
+        return "\n".join(lines)
+
+
+def cache_dir() -> Path:
+    """Where generated kernel sources live: ``OMNITENSOR_CPU_CACHE_DIR``, else a folder inside
+    ``NUMBA_CACHE_DIR``, else ``~/.cache/omnitensor/cpu-kernels``."""
+    explicit = os.environ.get("OMNITENSOR_CPU_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    numba_dir = os.environ.get("NUMBA_CACHE_DIR")
+    if numba_dir:
+        return Path(numba_dir) / "omnitensor-cpu-kernels"
+    return Path.home() / ".cache" / "omnitensor" / "cpu-kernels"
+
+
+_LOADED: dict[str, ModuleType] = {}
+_LOCK = threading.Lock()
+
+
+def load_kernel(source: str) -> ModuleType:
+    """Import (writing it first when absent) the kernel module whose text is `source`."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    with _LOCK:
+        module = _LOADED.get(digest)
+        if module is not None:
+            return module
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"k_{digest}.py"
+        if not path.exists() or path.read_text() != source:
+            # NOTE: write-then-rename, so a concurrent process never imports half a file.
+            tmp = folder / f".k_{digest}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp.write_text(source)
+            os.replace(tmp, path)
+            logger.debug("wrote fused kernel %s", path)
+        name = f"omnitensor_cpu_kernels.k_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _LOADED[digest] = module
+        return module
+
+
+def kernel_for(group: FusedGroup) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The (flat, strided) entry points for `group`, parallel when its size pays for it."""
+    module = load_kernel(group.source())
+    size = 1
+    for d in group.shape:
+        size *= d
+    parallel = size >= PARALLEL_THRESHOLD
+    flat = module.flat_par if parallel else module.flat
+    nd = module.nd_par if parallel and group.shape and group.shape[0] > 1 else module.nd
+    return flat, nd

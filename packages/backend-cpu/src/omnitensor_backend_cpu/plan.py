@@ -1,0 +1,436 @@
+"""The compiler: a PTIR `Function` to a `Plan`, a flat list of pre-bound steps over value slots.
+
+Each step is a closure made here, at compile time, that reads its operand slots and writes its
+result slots; running a plan is one loop over those closures (no per-op dispatch). Steps are:
+views and everything without a faster kernel (the core's numpy reference kernels), fused
+elementwise groups (`codegen`), BLAS products and fused row kernels (`kernels`). Values that a
+step writes into memory it is given ("owned" values) get buffers from the memory planner:
+liveness over the plan, buffers reused once their last reader ran, allocated once per
+executable; only buffers that escape as outputs are fresh per run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from omnitensor.dtypes import float32, float64
+from omnitensor.ir.opdef import Trait, get_op
+from omnitensor.ir.ops.linalg import dimension_numbers
+from omnitensor.ir.program import Function, Instruction
+from omnitensor.ir.types import TensorType
+
+from . import codegen, rows
+from .codegen import FusedGroup
+
+__all__ = ["Plan", "build_plan"]
+
+Array = np.ndarray[Any, Any]
+Slots = list[Any]
+Step = Callable[[Slots], None]
+
+#: Buffers are aligned to cache lines (and AVX registers).
+_ALIGN: Final = 64
+
+
+@dataclass
+class _Owned:
+    """A value a step writes into a buffer the planner provides."""
+
+    value: int
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    step: int
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class _Draft:
+    """A step before buffers are assigned: `make(out_getters)` builds the closure."""
+
+    reads: list[int]
+    writes: list[int]
+    make: Callable[[dict[int, Callable[[Slots], Array]]], Step]
+    owned: list[_Owned] = field(default_factory=list)
+    kind: str = "ref"
+
+
+@dataclass
+class Plan:
+    """An executable plan.
+
+    Attributes:
+        steps: the pre-bound calls, in order.
+        template: initial slot contents (constants; arena arrays are added per arena).
+        input_slots: slot of each function input.
+        output_slots: slot of each function output.
+        arena_spec: (slot index, byte offset into its buffer) per arena-backed value slot.
+        arena_sizes: byte capacity of each arena buffer.
+        kinds: the step kinds in order (``ref``, ``fused``, ``blas``, ``rows``) for stats.
+        groups: the fused groups (for tests and dumps).
+    """
+
+    steps: list[Step]
+    template: list[Any]
+    input_slots: list[int]
+    output_slots: list[int]
+    arena_spec: dict[int, tuple[int, tuple[int, ...], np.dtype[Any]]]
+    arena_sizes: list[int]
+    kinds: list[str]
+    groups: list[FusedGroup]
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _arena: list[Any] | None = None
+
+    def new_arena(self) -> list[Any]:
+        """Slot contents with fresh arena buffers (one allocation per arena buffer)."""
+        raws = []
+        for size in self.arena_sizes:
+            raw = np.empty(size + _ALIGN, np.uint8)
+            start = (-raw.ctypes.data) % _ALIGN
+            raws.append(raw[start:start + size])
+        slots = list(self.template)
+        for slot, (buf, shape, dtype) in self.arena_spec.items():
+            nbytes = math.prod(shape) * dtype.itemsize
+            slots[slot] = raws[buf][:nbytes].view(dtype).reshape(shape)
+        return slots
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """Run the steps on `inputs`; return the output slots."""
+        # NOTE: the arena is built on first use and reused; a concurrent run of the same plan
+        # gets a private one instead of waiting (or racing).
+        owned = self._lock.acquire(blocking=False)
+        try:
+            if owned:
+                if self._arena is None:
+                    self._arena = self.new_arena()
+                slots = list(self._arena)
+            else:
+                slots = self.new_arena()
+            for slot, array in zip(self.input_slots, inputs, strict=True):
+                slots[slot] = array
+            with np.errstate(all="ignore"):
+                for step in self.steps:
+                    step(slots)
+            return [slots[s] for s in self.output_slots]
+        finally:
+            if owned:
+                self._lock.release()
+
+
+# --- step makers --------------------------------------------------------------------------------
+
+
+def _reference_step(inst: Instruction) -> _Draft:
+    opdef = get_op(inst.op)
+    kernel, attrs = opdef.reference, dict(inst.attrs)
+    reads = [v.id for v in inst.operands]
+    writes = [v.id for v in inst.results]
+    variadic = any(s.variadic for s in opdef.operands)
+
+    def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
+        if len(writes) == 1 and not variadic:
+            (out,) = writes
+
+            def step(slots: Slots) -> None:
+                slots[out] = np.asarray(kernel(*[slots[i] for i in reads], **attrs))
+
+            return step
+
+        def step_multi(slots: Slots) -> None:
+            result = kernel(*opdef.group([slots[i] for i in reads]), **attrs)
+            results = result if isinstance(result, tuple) else (result,)
+            for slot, array in zip(writes, results, strict=True):
+                slots[slot] = np.asarray(array)
+
+        return step_multi
+
+    return _Draft(reads, writes, make)
+
+
+def _fused_step(group: FusedGroup, index: int) -> _Draft:
+    flat, nd = codegen.kernel_for(group)
+    ins, outs = list(group.inputs), list(group.outputs)
+    size = math.prod(group.shape)
+    owned = [_Owned(v, group.shape, _dtype_of(group, v), index) for v in outs]
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        out_get = [getters[v] for v in outs]
+
+        def step(slots: Slots) -> None:
+            args = [slots[i] for i in ins]
+            results = [get(slots) for get in out_get]
+            if all(a.flags.c_contiguous for a in args):
+                flat(size, *[a.reshape(-1) for a in args], *[r.reshape(-1) for r in results])
+            else:
+                nd(*args, *results)
+            for v, r in zip(outs, results, strict=True):
+                slots[v] = r
+
+        return step
+
+    return _Draft(ins, outs, make, owned, "fused")
+
+
+def _dtype_of(group: FusedGroup, value: int) -> np.dtype[Any]:
+    for inst in group.insts:
+        for v in inst.results:
+            if v.id == value:
+                assert isinstance(v.type, TensorType)
+                return v.type.dtype.np
+    raise AssertionError(value)
+
+
+def _dot_step(inst: Instruction, index: int) -> _Draft | None:
+    """`dot_general` on float32/float64 as one BLAS call (batched by numpy's matmul)."""
+    lhs_t, rhs_t, out_t = (v.type for v in (*inst.operands, inst.results[0]))
+    assert isinstance(lhs_t, TensorType) and isinstance(rhs_t, TensorType)
+    assert isinstance(out_t, TensorType)
+    if lhs_t.dtype not in (float32, float64) or out_t.size == 0:
+        return None
+    (lc, rc), (lb, rb) = dimension_numbers(lhs_t.shape, rhs_t.shape, inst.attrs["contracting"],
+                                           inst.attrs["batch"])
+    lf = tuple(d for d in range(lhs_t.ndim) if d not in lb + lc)
+    rf = tuple(d for d in range(rhs_t.ndim) if d not in rb + rc)
+    b = math.prod(lhs_t.shape[d] for d in lb)
+    m = math.prod(lhs_t.shape[d] for d in lf)
+    n = math.prod(rhs_t.shape[d] for d in rf)
+    k = math.prod(lhs_t.shape[d] for d in lc)
+    lperm, rperm = lb + lf + lc, rb + rc + rf
+    lshape = (b, m, k) if b > 1 else (m, k)
+    rshape = (b, k, n) if b > 1 else (k, n)
+    oshape = (b, m, n) if b > 1 else (m, n)
+    lhs, rhs = inst.operands[0].id, inst.operands[1].id
+    out = inst.results[0].id
+    owned = [_Owned(out, out_t.shape, out_t.dtype.np, index)]
+    lid = lperm == tuple(range(lhs_t.ndim))
+    rid = rperm == tuple(range(rhs_t.ndim))
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[out]
+
+        def step(slots: Slots) -> None:
+            a = slots[lhs] if lid else slots[lhs].transpose(lperm)
+            c = slots[rhs] if rid else slots[rhs].transpose(rperm)
+            result = get(slots)
+            # NOTE: reshape is a view whenever the permuted strides allow (the common x @ W
+            # and x @ W.T layouts); otherwise numpy copies, which is still correct.
+            np.matmul(a.reshape(lshape), c.reshape(rshape), out=result.reshape(oshape))
+            slots[out] = result
+
+        return step
+
+    return _Draft([lhs, rhs], [out], make, owned, "blas")
+
+
+# --- grouping ----------------------------------------------------------------------------------
+
+
+def _literal(fn_producers: dict[int, Instruction], value_id: int) -> Any | None:
+    """The scalar a value holds when it is a one-element constant (maybe broadcast)."""
+    inst = fn_producers.get(value_id)
+    if inst is not None and inst.op == "broadcast_in_dim":
+        inst = fn_producers.get(inst.operands[0].id)
+    if inst is None or inst.op != "constant":
+        return None
+    array = inst.attrs["value"]
+    if array.size != 1:
+        return None
+    return array.reshape(-1)[0].item()
+
+
+_PASS_THROUGH: Final = frozenset({"constant", "broadcast_in_dim"})
+
+
+def _groups(function: Function, exclude: set[int]) -> dict[int, FusedGroup]:
+    """Fused groups keyed by the index of their last instruction in the body.
+
+    A group is a run of fusible instructions of one shape, consecutive in program order except
+    for constants and broadcasts in between (which do not read the group's values). Running the
+    group where its last instruction stood keeps every dependency satisfied.
+    """
+    producers = {v.id: inst for inst in function.body for v in inst.results}
+    users: dict[int, set[int]] = {}
+    for idx, inst in enumerate(function.body):
+        for v in inst.operands:
+            users.setdefault(v.id, set()).add(idx)
+    outputs = {v.id for v in function.outputs}
+    runs: list[list[int]] = []
+    current: list[int] = []
+    shape: tuple[int, ...] | None = None
+    members: set[int] = set()
+
+    def close() -> None:
+        nonlocal current, shape, members
+        if current:
+            runs.append(current)
+        current, shape, members = [], None, set()
+
+    for idx, inst in enumerate(function.body):
+        result = inst.results[0].type
+        if id(inst) in exclude:
+            close()
+        elif codegen.can_fuse(inst) and isinstance(result, TensorType):
+            if shape is not None and result.shape != shape:
+                close()
+            shape = result.shape
+            current.append(idx)
+            members.update(v.id for v in inst.results)
+        elif inst.op in _PASS_THROUGH and not any(v.id in members for v in inst.operands):
+            continue
+        else:
+            close()
+    close()
+    groups: dict[int, FusedGroup] = {}
+    for run in runs:
+        insts = [function.body[i] for i in run]
+        if not _worth_fusing(insts):
+            continue
+        inside = {v.id for i in insts for v in i.results}
+        last = run[-1]
+        inputs: list[int] = []
+        literals: dict[int, Any] = {}
+        for inst in insts:
+            for v in inst.operands:
+                if v.id in inside or v.id in inputs or v.id in literals:
+                    continue
+                lit = _literal(producers, v.id)
+                if lit is not None:
+                    literals[v.id] = lit
+                else:
+                    inputs.append(v.id)
+        outs = [v for v in sorted(inside)
+                if v in outputs or any(u > last or function.body[u].results[0].id not in inside
+                                       for u in users.get(v, ()))]
+        assert isinstance(insts[0].results[0].type, TensorType)
+        groups[last] = FusedGroup(insts, insts[0].results[0].type.shape, inputs, literals, outs)
+    return groups
+
+
+def _worth_fusing(insts: list[Instruction]) -> bool:
+    # NOTE: a lone cheap op is as fast in numpy and would cost a numba compile; a lone float32
+    # transcendental is worth it (vectorized approximations instead of libm calls).
+    if len(insts) > 1:
+        return True
+    inst = insts[0]
+    dtype = getattr(inst.results[0].type, "dtype", None)
+    return dtype == float32 and inst.op in codegen.FAST_F32
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+
+def build_plan(function: Function) -> Plan:
+    """Compile a verified function into a `Plan` (groups, kernels, buffers)."""
+    fused_row = rows.match_rows(function)
+    row_insts = {id(i) for m in fused_row.values() for i in m.insts}
+    groups = _groups(function, row_insts)
+    grouped = {id(i) for g in groups.values() for i in g.insts}
+    drafts: list[_Draft] = []
+    template: list[Any] = [None] * function._next_value
+    for idx, inst in enumerate(function.body):
+        if idx in fused_row:
+            drafts.append(rows.row_step(fused_row[idx], len(drafts), _Draft, _Owned))
+            continue
+        if idx in groups:
+            drafts.append(_fused_step(groups[idx], len(drafts)))
+            continue
+        if id(inst) in grouped or id(inst) in row_insts:
+            continue
+        if inst.op == "constant":
+            template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
+            continue
+        draft = _dot_step(inst, len(drafts)) if inst.op == "dot_general" else None
+        drafts.append(draft or _reference_step(inst))
+    drafts = _drop_dead(drafts, {v.id for v in function.outputs})
+    return _assign_buffers(function, drafts, template, list(groups.values()))
+
+
+def _drop_dead(drafts: list[_Draft], outputs: set[int]) -> list[_Draft]:
+    """Remove steps none of whose results is read (broadcasts of inlined literals)."""
+    live = set(outputs)
+    kept: list[_Draft] = []
+    for draft in reversed(drafts):
+        if draft.kind == "ref" and not any(w in live for w in draft.writes):
+            continue
+        live.update(draft.reads)
+        kept.append(draft)
+    kept.reverse()
+    for i, draft in enumerate(kept):
+        for o in draft.owned:
+            o.step = i
+    return kept
+
+
+def _assign_buffers(function: Function, drafts: list[_Draft], template: list[Any],
+                    groups: list[FusedGroup]) -> Plan:
+    # Which owned buffers may a value reference? Views and reference kernels may return views
+    # of their operands, so their results alias everything their operands alias.
+    aliases: dict[int, frozenset[int]] = {}
+    owned_by_value: dict[int, _Owned] = {}
+    for draft in drafts:
+        for o in draft.owned:
+            owned_by_value[o.value] = o
+        carried = frozenset().union(*(aliases.get(r, frozenset()) for r in draft.reads))
+        for w in draft.writes:
+            aliases[w] = frozenset({w}) if w in owned_by_value else carried
+    last_use: dict[int, int] = {}
+    for i, draft in enumerate(drafts):
+        for r in draft.reads:
+            for b in aliases.get(r, ()):
+                last_use[b] = max(last_use.get(b, -1), i)
+    escaping = set().union(*(aliases.get(v.id, frozenset()) for v in function.outputs))
+    # Liveness-based reuse: a buffer returns to the pool after its last reader; a step never
+    # gets a buffer one of its own operands still lives in.
+    free: list[tuple[int, int]] = []  # (capacity, arena buffer index)
+    sizes: list[int] = []
+    spec: dict[int, tuple[int, tuple[int, ...], np.dtype[Any]]] = {}
+    live: list[tuple[int, int, int]] = []  # (last use, buffer index, capacity)
+    for i, draft in enumerate(drafts):
+        for entry in [e for e in live if e[0] < i]:
+            live.remove(entry)
+            free.append((entry[2], entry[1]))
+        for o in draft.owned:
+            if o.value in escaping:
+                continue
+            need = -(-max(o.nbytes, 1) // _ALIGN) * _ALIGN
+            fits = sorted((cap, buf) for cap, buf in free if cap >= need)
+            if fits:
+                cap, buf = fits[0]
+                free.remove((cap, buf))
+            else:
+                cap, buf = need, len(sizes)
+                sizes.append(need)
+            spec[o.value] = (buf, o.shape, o.dtype)
+            live.append((last_use.get(o.value, i), buf, cap))
+    steps: list[Step] = []
+    for draft in drafts:
+        getters: dict[int, Callable[[Slots], Array]] = {}
+        for o in draft.owned:
+            getters[o.value] = _getter(o, o.value in spec)
+        steps.append(draft.make(getters))
+    return Plan(
+        steps=steps,
+        template=template,
+        input_slots=[i.value.id for i in function.inputs],
+        output_slots=[v.id for v in function.outputs],
+        arena_spec=spec,
+        arena_sizes=sizes,
+        kinds=[d.kind for d in drafts],
+        groups=groups,
+    )
+
+
+def _getter(owned: _Owned, in_arena: bool) -> Callable[[Slots], Array]:
+    if in_arena:
+        slot = owned.value
+        return lambda slots: slots[slot]  # type: ignore[no-any-return]
+    shape, dtype = owned.shape, owned.dtype
+    return lambda slots: np.empty(shape, dtype)

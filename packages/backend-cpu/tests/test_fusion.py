@@ -1,0 +1,101 @@
+"""Fusion grouping and fused-kernel results against the reference interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnitensor.dtypes import float32, float64
+from omnitensor.ir.builder import Builder
+from omnitensor.ir.interpret import evaluate
+from omnitensor.ir.types import TensorType
+from omnitensor_backend_cpu.backend import CpuBackend
+
+
+def _chain(shape: tuple[int, ...], dtype=float32):  # type: ignore[no-untyped-def]
+    b = Builder()
+    x = b.input(TensorType(shape, dtype))
+    y = b.input(TensorType(shape, dtype))
+    half = b.emit("broadcast_in_dim", b.constant(0.5, dtype.name), shape=shape, dims=())
+    v = b.emit("mul", x, half)
+    v = b.emit("tanh", v)
+    v = b.emit("add", v, y)
+    v = b.emit("exp", v)
+    v = b.emit("sub", v, x)
+    return b.build([v])
+
+
+@pytest.mark.parametrize("dtype", [float32, float64])
+def test_chain_of_five_elementwise_ops_is_one_kernel(backend: CpuBackend, dtype) -> None:  # type: ignore[no-untyped-def]
+    fn = _chain((7, 33), dtype)
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["fused"]
+    assert len(exe.plan.groups) == 1 and len(exe.plan.groups[0].insts) == 5
+    assert exe.plan.groups[0].literals  # the 0.5 is inlined, not a broadcast buffer
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(7, 33)).astype(dtype.np) for _ in range(2)]
+    (got,) = backend.run(exe, [backend.upload(a) for a in xs])
+    (want,) = evaluate(fn, xs)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == float32 else 1e-12)
+
+
+def test_strided_and_broadcast_inputs_use_the_strided_kernel(backend: CpuBackend) -> None:
+    b = Builder()
+    x = b.input(TensorType((5, 6), float32))
+    bias = b.input(TensorType((6,), float32))
+    xt = b.emit("transpose", x, perm=(1, 0))  # (6, 5), strided
+    bb = b.emit("broadcast_in_dim", bias, shape=(6, 5), dims=(0,))
+    v = b.emit("add", xt, bb)
+    v = b.emit("max", v, b.emit("broadcast_in_dim", b.constant(0.0, "float32"), shape=(6, 5),
+                                dims=()))
+    fn = b.build([v])
+    exe = backend.compile(fn)
+    assert exe.plan.kinds.count("fused") == 1
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=(5, 6)).astype(np.float32), rng.normal(size=(6,)).astype(np.float32)]
+    (got,) = backend.run(exe, xs)
+    np.testing.assert_array_equal(got, evaluate(fn, xs)[0])
+
+
+def test_nan_and_inf_survive_fusion(backend: CpuBackend) -> None:
+    fn = _chain((4,))
+    x = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    (got,) = backend.run(backend.compile(fn), [x, x])
+    (want,) = evaluate(fn, [x, x])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6)
+
+
+def test_intermediate_used_later_is_materialized(backend: CpuBackend) -> None:
+    b = Builder()
+    x = b.input(TensorType((3, 4), float32))
+    e = b.emit("exp", x)
+    t = b.emit("tanh", e)
+    s = b.emit("reduce_sum", e, axes=(1,))  # reads e after the group
+    fn = b.build([t, s])
+    exe = backend.compile(fn)
+    xs = [np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32)]
+    got = backend.run(exe, xs)
+    for g, w in zip(got, evaluate(fn, xs), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [float32, float64])
+@pytest.mark.parametrize("shape", [(3, 7), (2, 3, 5), (1, 300000)])
+def test_softmax_pattern_is_one_row_kernel(backend: CpuBackend, dtype, shape) -> None:  # type: ignore[no-untyped-def]
+    b = Builder()
+    x = b.input(TensorType(shape, dtype))
+    lead = tuple(range(len(shape) - 1))
+    m = b.emit("reduce_max", x, axes=(len(shape) - 1,))
+    e = b.emit("exp", b.emit("sub", x, b.emit("broadcast_in_dim", m, shape=shape, dims=lead)))
+    s = b.emit("reduce_sum", e, axes=(len(shape) - 1,))
+    y = b.emit("div", e, b.emit("broadcast_in_dim", s, shape=shape, dims=lead))
+    fn = b.build([y])
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["rows"]
+    xs = np.random.default_rng(4).normal(size=shape).astype(dtype.np) * 5
+    xs.reshape(-1)[0] = np.nan
+    (got,) = backend.run(exe, [xs])
+    (want,) = evaluate(fn, [xs])
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == float32 else 1e-12, atol=1e-30)

@@ -1,0 +1,395 @@
+"""WGSL building blocks: dtype mapping, a small float32 math library, and elementwise templates.
+
+Transcendentals are our own (Cephes-style range reduction + minimax polynomials) because WGSL
+lets drivers approximate `exp`/`log` loosely (lavapipe's `exp` is ~20 ulp off near overflow).
+float16 values are loaded to float32, computed there and rounded once on store, exactly as the
+reference's `_wide` kernels do. Nothing here knows about buffers or dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from omnitensor.dtypes import DType, bool_, float16, float32, int32, uint32
+from omnitensor.errors import UnsupportedError
+
+__all__ = [
+    "MATHLIB",
+    "ELEMENTWISE_OPS",
+    "compute_type",
+    "convert_expr",
+    "elementwise_expr",
+    "load_expr",
+    "storage_type",
+    "store_expr",
+]
+
+#: dtypes a buffer can hold natively (float16 only on adapters with shader-f16).
+NATIVE: Final = (float32, float16, int32, uint32, bool_)
+
+
+def storage_type(dtype: DType) -> str:
+    """WGSL element type of a storage array holding `dtype` (bool is a u32 0/1)."""
+    return {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
+            "bool": "u32"}[dtype.name]
+
+
+def compute_type(dtype: DType) -> str:
+    """WGSL type values of `dtype` are computed in (float16 in f32, bool as bool)."""
+    return {"float32": "f32", "float16": "f32", "int32": "i32", "uint32": "u32",
+            "bool": "bool"}[dtype.name]
+
+
+def load_expr(dtype: DType, raw: str) -> str:
+    """A storage element `raw` as a compute-type value."""
+    if dtype == float16:
+        return f"f32({raw})"
+    if dtype == bool_:
+        return f"({raw} != 0u)"
+    return raw
+
+
+def store_expr(dtype: DType, value: str) -> str:
+    """A compute-type value as the storage element it is written as."""
+    if dtype == float16:
+        return f"f16({value})"
+    if dtype == bool_:
+        return f"select(0u, 1u, {value})"
+    return value
+
+
+def _literal(dtype: DType, value: float) -> str:
+    ctype = compute_type(dtype)
+    if ctype == "f32":
+        return f"f32({float(value)!r})"
+    if ctype == "bool":
+        return "true" if value else "false"
+    return f"{ctype}({int(value)})"
+
+
+def convert_expr(src: DType, dst: DType, value: str) -> str:
+    """`value` (compute type of `src`) converted to the compute type of `dst` (PTIR semantics)."""
+    s, d = compute_type(src), compute_type(dst)
+    if dst == bool_:
+        return f"!({value} == {_literal(src, 0)})" if s != "bool" else value
+    if s == "bool":
+        return f"select({_literal(dst, 0)}, {_literal(dst, 1)}, {value})"
+    if s == d:
+        return value
+    if s in ("i32", "u32") and d in ("i32", "u32"):
+        return f"bitcast<{d}>({value})"  # int -> int of the same width wraps
+    if s == "f32" and d in ("i32", "u32"):
+        return f"{d}(trunc({value}))"  # out-of-range is unspecified; WGSL saturates
+    return f"{d}({value})"
+
+
+MATHLIB: Final = """
+fn m_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn m_isinf(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u; }
+fn m_inf() -> f32 { return bitcast<f32>(0x7f800000u); }
+fn m_nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
+fn m_max(a: f32, b: f32) -> f32 { return select(max(a, b), a + b, m_isnan(a) || m_isnan(b)); }
+fn m_min(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, m_isnan(a) || m_isnan(b)); }
+fn m_ldexp(x: f32, e: i32) -> f32 {
+  let h = e / 2;
+  return x * bitcast<f32>(u32(h + 127) << 23u) * bitcast<f32>(u32(e - h + 127) << 23u);
+}
+fn m_exp(x0: f32) -> f32 {
+  if (m_isnan(x0)) { return x0; }
+  if (x0 > 88.72283935546875) { return m_inf(); }
+  if (x0 < -103.972084045410) { return 0.0; }
+  let z = floor(1.44269504088896341 * x0 + 0.5);
+  var x = x0 - z * 0.693359375;
+  x = x + z * 2.12194440e-4;
+  let xx = x * x;
+  let p = ((((( 1.9875691500e-4 * x + 1.3981999507e-3) * x + 8.3334519073e-3) * x
+            + 4.1665795894e-2) * x + 1.6666665459e-1) * x + 5.0000001201e-1) * xx + x + 1.0;
+  return m_ldexp(p, i32(z));
+}
+fn m_log(x0: f32) -> f32 {
+  if (m_isnan(x0) || x0 == m_inf()) { return x0; }
+  if (x0 < 0.0) { return m_nan(); }
+  if (x0 == 0.0) { return -m_inf(); }
+  var bits = bitcast<u32>(x0);
+  var e = i32((bits >> 23u) & 0xffu) - 126;
+  if ((bits & 0x7f800000u) == 0u) {  // subnormal: scale into the normal range first
+    bits = bitcast<u32>(x0 * 16777216.0);
+    e = i32((bits >> 23u) & 0xffu) - 126 - 24;
+  }
+  var x = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);  // in [0.5, 1)
+  if (x < 0.707106781186547524) { e = e - 1; x = x + x - 1.0; } else { x = x - 1.0; }
+  let z = x * x;
+  var y = (((((((( 7.0376836292e-2 * x - 1.1514610310e-1) * x + 1.1676998740e-1) * x
+          - 1.2420140846e-1) * x + 1.4249322787e-1) * x - 1.6668057665e-1) * x
+          + 2.0000714765e-1) * x - 2.4999993993e-1) * x + 3.3333331174e-1) * x * z;
+  let fe = f32(e);
+  y = y + -2.12194440e-4 * fe;
+  y = y + -0.5 * z;
+  return x + y + 0.693359375 * fe;
+}
+fn m_log1p(x: f32) -> f32 {
+  if (abs(x) > 0.5 || m_isnan(x)) { return m_log(1.0 + x); }
+  // NOTE: 2 atanh(s), s = x / (2 + x): no (1 + x) - 1, which drivers may simplify away.
+  let s = x / (2.0 + x);
+  let z = s * s;
+  let q = ((((((((z / 17.0 + 1.0 / 15.0) * z + 1.0 / 13.0) * z + 1.0 / 11.0) * z + 1.0 / 9.0)
+           * z + 1.0 / 7.0) * z + 0.2) * z + 1.0 / 3.0) * z);
+  return 2.0 * s + 2.0 * s * q;
+}
+fn m_expm1(x: f32) -> f32 {
+  if (m_isnan(x)) { return x; }
+  if (abs(x) < 1e-10) { return x; }
+  let u = m_exp(x);
+  if (u == 1.0) { return x; }
+  let um1 = u - 1.0;
+  if (um1 == -1.0) { return -1.0; }
+  if (m_isinf(u)) { return u; }
+  return um1 * (x / m_log(u));
+}
+fn m_tanh(x: f32) -> f32 {
+  if (m_isnan(x)) { return x; }
+  let a = abs(x);
+  if (a > 9.01091334) { return sign(x); }
+  if (a >= 0.625) {
+    let s = m_exp(2.0 * a);
+    let z = 1.0 - 2.0 / (s + 1.0);
+    return select(z, -z, x < 0.0);
+  }
+  let z = x * x;
+  return ((((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z
+          + 1.33314422036e-1) * z - 3.33332819422e-1) * z * x + x;
+}
+fn m_logistic(x: f32) -> f32 {
+  if (m_isnan(x)) { return x; }
+  let e = m_exp(-abs(x));
+  return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+fn m_sign(x: f32) -> f32 {
+  if (m_isnan(x)) { return x; }
+  return select(select(x, -1.0, x < 0.0), 1.0, x > 0.0);
+}
+fn m_sqrt(x: f32) -> f32 {
+  if (x < 0.0) { return m_nan(); }
+  if (x == 0.0 || m_isnan(x) || m_isinf(x)) { return x; }
+  return sqrt(x);
+}
+fn m_fmod(x: f32, y: f32) -> f32 {
+  // musl's fmodf: exact, integer-only long division of the significands.
+  var ux = bitcast<u32>(x);
+  var uy = bitcast<u32>(y);
+  var ex = i32((ux >> 23u) & 0xffu);
+  var ey = i32((uy >> 23u) & 0xffu);
+  let sx = ux & 0x80000000u;
+  if ((uy << 1u) == 0u || m_isnan(y) || ex == 0xff) { return (x * y) / (x * y); }
+  if ((ux << 1u) <= (uy << 1u)) {
+    if ((ux << 1u) == (uy << 1u)) { return 0.0 * x; }
+    return x;
+  }
+  if (ex == 0) {
+    var i = ux << 9u;
+    ex = 0;
+    loop { if ((i >> 31u) != 0u) { break; } ex = ex - 1; i = i << 1u; }
+    ux = ux << u32(-ex + 1);
+  } else { ux = (ux & 0x7fffffu) | 0x800000u; }
+  if (ey == 0) {
+    var i = uy << 9u;
+    ey = 0;
+    loop { if ((i >> 31u) != 0u) { break; } ey = ey - 1; i = i << 1u; }
+    uy = uy << u32(-ey + 1);
+  } else { uy = (uy & 0x7fffffu) | 0x800000u; }
+  loop {
+    if (ex <= ey) { break; }
+    let i = ux - uy;
+    if ((i >> 31u) == 0u) {
+      if (i == 0u) { return 0.0 * x; }
+      ux = i;
+    }
+    ux = ux << 1u;
+    ex = ex - 1;
+  }
+  let i = ux - uy;
+  if ((i >> 31u) == 0u) {
+    if (i == 0u) { return 0.0 * x; }
+    ux = i;
+  }
+  loop { if ((ux >> 23u) != 0u) { break; } ux = ux << 1u; ex = ex - 1; }
+  if (ex > 0) {
+    ux = ux - 0x800000u;
+    ux = ux | (u32(ex) << 23u);
+  } else {
+    ux = ux >> u32(-ex + 1);
+  }
+  return bitcast<f32>(ux | sx);
+}
+fn m_ipow_i(b: i32, e: i32) -> i32 {
+  var r = 1; var x = b; var n = e;
+  loop { if (n <= 0) { break; } if ((n & 1) == 1) { r = r * x; } x = x * x; n = n >> 1u; }
+  return r;
+}
+fn m_ipow_u(b: u32, e: u32) -> u32 {
+  var r = 1u; var x = b; var n = e;
+  loop { if (n == 0u) { break; } if ((n & 1u) == 1u) { r = r * x; } x = x * x; n = n >> 1u; }
+  return r;
+}
+"""
+
+Expr = Callable[[str, Sequence[str]], str]
+
+
+def _float_or_int(float_fn: Expr, int_fn: Expr, uint_fn: Expr | None = None) -> Any:
+    def make(ctype: str, args: Sequence[str]) -> str:
+        if ctype == "f32":
+            return float_fn(ctype, args)
+        if ctype == "u32" and uint_fn is not None:
+            return uint_fn(ctype, args)
+        return int_fn(ctype, args)
+
+    return make
+
+
+def _fn(name: str) -> Expr:
+    return lambda ctype, a: f"{name}({', '.join(a)})"
+
+
+def _binop(symbol: str) -> Expr:
+    return lambda ctype, a: f"({a[0]} {symbol} {a[1]})"
+
+
+def _wrap_neg(ctype: str, a: Sequence[str]) -> str:
+    if ctype == "u32":
+        return f"(0u - {a[0]})"
+    return f"bitcast<i32>(0u - bitcast<u32>({a[0]}))"
+
+
+def _int_abs(ctype: str, a: Sequence[str]) -> str:
+    if ctype == "u32":
+        return a[0]
+    return f"select({a[0]}, {_wrap_neg(ctype, a)}, {a[0]} < 0)"
+
+
+def _int_sign(ctype: str, a: Sequence[str]) -> str:
+    if ctype == "u32":
+        return f"select(0u, 1u, {a[0]} > 0u)"
+    return f"select(select(0, -1, {a[0]} < 0), 1, {a[0]} > 0)"
+
+
+def _int_div(ctype: str, a: Sequence[str]) -> str:
+    one = "1u" if ctype == "u32" else "1"
+    zero = "0u" if ctype == "u32" else "0"
+    # NOTE: x/0 is unspecified in PTIR; the guard keeps every driver away from a trap.
+    return f"({a[0]} / select({a[1]}, {one}, {a[1]} == {zero}))"
+
+
+def _int_rem(ctype: str, a: Sequence[str]) -> str:
+    one = "1u" if ctype == "u32" else "1"
+    zero = "0u" if ctype == "u32" else "0"
+    return f"({a[0]} % select({a[1]}, {one}, {a[1]} == {zero}))"
+
+
+def _int_pow(ctype: str, a: Sequence[str]) -> str:
+    if ctype == "u32":
+        return f"m_ipow_u({a[0]}, {a[1]})"
+    return f"m_ipow_i({a[0]}, {a[1]})"
+
+
+def _logic(int_symbol: str, bool_symbol: str) -> Expr:
+    def make(ctype: str, a: Sequence[str]) -> str:
+        return f"({a[0]} {bool_symbol if ctype == 'bool' else int_symbol} {a[1]})"
+
+    return make
+
+
+def _not(ctype: str, a: Sequence[str]) -> str:
+    return f"(!{a[0]})" if ctype == "bool" else f"(~{a[0]})"
+
+
+def _compare(symbol: str) -> Expr:
+    def make(ctype: str, a: Sequence[str]) -> str:
+        if ctype == "bool":
+            # NOTE: WGSL orders no bools; compare them as 0/1.
+            x, y = f"select(0u, 1u, {a[0]})", f"select(0u, 1u, {a[1]})"
+        else:
+            x, y = a[0], a[1]
+        if symbol == "!=":
+            return f"(!({x} == {y}))"  # NaN != x must be true: never an ordered not-equal
+        return f"({x} {symbol} {y})"
+
+    return make
+
+
+def _minmax(fname: str) -> Expr:
+    def make(ctype: str, a: Sequence[str]) -> str:
+        if ctype == "f32":
+            return f"m_{fname}({a[0]}, {a[1]})"
+        return f"{fname}({a[0]}, {a[1]})"
+
+    return make
+
+
+def _clamp(ctype: str, a: Sequence[str]) -> str:
+    lo, x, hi = a
+    if ctype == "f32":
+        return f"m_min(m_max({x}, {lo}), {hi})"
+    return f"min(max({x}, {lo}), {hi})"
+
+
+#: op name -> (template(ctype, args) -> WGSL expression, float-only?)
+ELEMENTWISE_OPS: Final[dict[str, Expr]] = {
+    "neg": _float_or_int(lambda c, a: f"(-{a[0]})", _wrap_neg),
+    "abs": _float_or_int(_fn("abs"), _int_abs),
+    "exp": _fn("m_exp"),
+    "log": _fn("m_log"),
+    "log1p": _fn("m_log1p"),
+    "expm1": _fn("m_expm1"),
+    "sqrt": _fn("m_sqrt"),
+    "rsqrt": lambda c, a: f"(1.0 / m_sqrt({a[0]}))",
+    "tanh": _fn("m_tanh"),
+    "logistic": _fn("m_logistic"),
+    "floor": _fn("floor"),
+    "ceil": _fn("ceil"),
+    "round": _fn("round"),
+    "sign": _float_or_int(_fn("m_sign"), _int_sign),
+    "not": _not,
+    "add": _binop("+"),
+    "sub": _binop("-"),
+    "mul": _binop("*"),
+    "div": _float_or_int(_binop("/"), _int_div),
+    "rem": _float_or_int(_fn("m_fmod"), _int_rem),
+    "pow": _int_pow,
+    "max": _minmax("max"),
+    "min": _minmax("min"),
+    "and": _logic("&", "&"),
+    "or": _logic("|", "|"),
+    "xor": _logic("^", "!="),
+    "eq": _compare("=="),
+    "ne": _compare("!="),
+    "lt": _compare("<"),
+    "le": _compare("<="),
+    "gt": _compare(">"),
+    "ge": _compare(">="),
+    "select": lambda c, a: f"select({a[2]}, {a[1]}, {a[0]})",
+    "clamp": _clamp,
+}
+
+
+def elementwise_expr(op: str, dtype: DType, args: Sequence[str], attrs: dict[str, Any],
+                     result: DType) -> str:
+    """The WGSL expression of elementwise `op` on compute-type `args`.
+
+    Args:
+        op: the PTIR op name.
+        dtype: the dtype of the op's (main) operands (`select`: of its branches).
+        args: WGSL expressions of the operands, already in compute types.
+        attrs: the instruction's attributes (``dtype`` of `convert`/`bitcast`).
+        result: the result dtype.
+    """
+    if op == "convert":
+        return convert_expr(dtype, result, args[0])
+    if op == "bitcast":
+        return f"bitcast<{compute_type(result)}>({args[0]})"
+    template = ELEMENTWISE_OPS.get(op)
+    if template is None:
+        raise UnsupportedError(f"{op}: no WGSL template (backend 'wgpu')", op=op,
+                               backend="wgpu")
+    return template(compute_type(dtype), args)

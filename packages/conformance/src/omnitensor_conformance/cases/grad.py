@@ -1,0 +1,125 @@
+"""Gradient cases (mode ``grad``): the backward program of every differentiable op.
+
+Each case is the vector-Jacobian product of one op sample from `omnitensor.autograd.samples`
+(the same table the core checks against finite differences): inputs are the op's float operands
+plus the cotangent of its result, outputs are the operands' cotangents, recorded by autograd with
+the op's own rule. Running it on a backend checks that backend's execution of the backward pass
+against the reference. Rows are named ``grad.<op>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from omnitensor.dtypes import DType, float32, float64
+from omnitensor.ir.builder import Builder
+from omnitensor.ir.types import TensorType, Value
+
+from ..case import Arg, Case, register_case_source
+
+_DTYPES = (float32, float64)
+
+
+def _fill(kind: str) -> Any:
+    from omnitensor.autograd.samples import fill_array
+
+    def fill(rng: np.random.Generator, type: Any) -> Any:
+        return fill_array(kind, rng, type.shape, type.dtype.np)
+
+    return fill
+
+
+def _placeholder(index: int, type: TensorType) -> Any:
+    from omnitensor.tensor.graph import Node
+    from omnitensor.tensor.tensor import Tensor
+
+    node = Node(None, (), {}, (type,))
+    node.placeholder = index
+    return Tensor(node)
+
+
+def _vjp_tensors(sample: Any, primals: Sequence[Any], cotangent: Any) -> list[Any]:
+    """The cotangents of `primals` (lazy tensors over placeholders)."""
+    from omnitensor.autograd.engine import run_backward
+    from omnitensor.autograd.mode import enable_grad
+    from omnitensor.tensor.creation import zeros_like
+
+    for p in primals:
+        p.requires_grad = True
+    with enable_grad():
+        out = sample.fn(*primals)
+    found = run_backward([out], [cotangent]) if out.requires_grad else {}
+    grads = []
+    for p in primals:
+        hit = found.get(id(p._grad_fn))
+        grads.append(zeros_like(p) if hit is None else hit[1])
+    return grads
+
+
+def _emit(builder: Builder, values: Sequence[Value], roots: Sequence[Any]) -> list[Value]:
+    """Record the lazy graph behind `roots` into `builder` (placeholder i -> values[i])."""
+    from omnitensor.tensor.graph import capture
+
+    refs = [(t._node, t._index) for t in roots]
+    cap = capture(refs)
+    env: dict[tuple[int, int], Value] = {}
+    for node, index in cap.leaves:
+        if node.placeholder is None:
+            raise ValueError("gradient sample reads a constant array larger than 16 elements")
+        env[(id(node), index)] = values[node.placeholder]
+    for node in cap.order:
+        results = builder.emit_multi(node.op or "", *(env[(id(n), i)] for n, i in node.inputs),
+                                     **node.attrs)
+        for i, value in enumerate(results):
+            env[(id(node), i)] = value
+    return [env[(id(n), i)] for n, i in refs]
+
+
+def _out_type(sample: Any, dtype: DType) -> TensorType:
+    from omnitensor.autograd.mode import no_grad
+    from omnitensor.tensor.interop import from_numpy
+
+    with no_grad():
+        out = sample.fn(*(from_numpy(np.zeros(s, dtype.np)) for s in sample.shapes))
+    return TensorType(out.shape, out.dtype)
+
+
+def _portable(sample: Any, dtype: DType) -> bool:
+    """False for samples that read large constants (e.g. quantized weights) or fail to build."""
+    try:
+        types = [TensorType(s, dtype) for s in sample.shapes] + [_out_type(sample, dtype)]
+        builder = Builder("probe")
+        values = [builder.input(t) for t in types]
+        holders = [_placeholder(i, t) for i, t in enumerate(types)]
+        _emit(builder, values, _vjp_tensors(sample, holders[:-1], holders[-1]))
+    except Exception:  # noqa: BLE001 (such a sample is simply not a conformance case)
+        return False
+    return True
+
+
+def grad_cases() -> Iterator[Case]:
+    """One case per (gradient sample, float dtype)."""
+    from omnitensor.autograd.samples import grad_samples
+
+    for sample in grad_samples():
+        for dtype in _DTYPES:
+            if not _portable(sample, dtype):
+                continue
+            types = [TensorType(s, dtype) for s in sample.shapes] + [_out_type(sample, dtype)]
+            args = tuple(Arg(t, _fill(sample.fill)) for t in types[:-1]) + (
+                Arg(types[-1], "normal"),)
+
+            def build(builder: Builder, *values: Value, sample: Any = sample,
+                      types: list[TensorType] = types) -> list[Value]:
+                holders = [_placeholder(i, t) for i, t in enumerate(types)]
+                grads = _vjp_tensors(sample, holders[:-1], holders[-1])
+                return _emit(builder, values, grads)
+
+            yield Case(f"grad.{sample.op}", dtype.name, sample.name, args, build,
+                       source="grad", mode="grad", check="nmse")
+
+
+register_case_source("grad", grad_cases, mode="grad")

@@ -1,0 +1,58 @@
+"""Op-specific samples of the quantized pair `dequantize` / `qmatmul` on every block format.
+
+Block bytes are random except the float16 scales, which are set to small finite values (a
+random scale would often be inf/NaN and hide everything else).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from omnitensor.dtypes import DType
+from omnitensor.ir.types import QUANT_FORMATS, QTensorType, TensorType
+
+from ..case import Arg, Sample, cases, sample
+
+#: Byte offsets of the float16 scale fields inside one block, per format (ggml layouts).
+SCALE_OFFSETS: dict[str, tuple[int, ...]] = {
+    "q8_0": (0,),
+    "q4_0": (0,),
+    "q4_k": (0, 2),  # d, dmin
+    "q6_k": (208,),  # d follows ql (128), qh (64) and the int8 scales (16)
+}
+
+
+def blocks(rng: np.random.Generator, type: Any) -> Any:
+    """Random ggml blocks with finite float16 scales in [0.001, 0.05)."""
+    fmt = QUANT_FORMATS[type.format]
+    raw = rng.integers(0, 256, size=type.storage_shape, dtype=np.uint8)
+    view = raw.reshape(-1, fmt.block_bytes)
+    for offset in SCALE_OFFSETS.get(type.format, ()):
+        scales = rng.uniform(0.001, 0.05, size=view.shape[0]).astype(np.float16)
+        view[:, offset : offset + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return raw
+
+
+@cases("dequantize")
+def _dequantize(dtype: DType) -> Iterator[Sample]:
+    for fmt in QUANT_FORMATS:
+        block = QUANT_FORMATS[fmt].block
+        q = Arg(QTensorType(fmt, (3, 2 * block)), blocks)
+        yield sample(fmt, [q], lambda b, x, f=fmt: b.emit("dequantize", x, format=f, dtype=dtype))
+
+
+@cases("qmatmul")
+def _qmatmul(dtype: DType) -> Iterator[Sample]:
+    for fmt in QUANT_FORMATS:
+        block = QUANT_FORMATS[fmt].block
+        w = Arg(QTensorType(fmt, (5, 2 * block)), blocks)
+        x = Arg(TensorType((3, 2 * block), dtype))
+        yield sample(fmt, [x, w], lambda b, a, q, f=fmt: b.emit("qmatmul", a, q, format=f),
+                     check="nmse")
+        big = Arg(QTensorType(fmt, (1024, 4096)), blocks)
+        yield sample(f"perf_{fmt}", [Arg(TensorType((8, 4096), dtype)), big],
+                     lambda b, a, q, f=fmt: b.emit("qmatmul", a, q, format=f), perf=True,
+                     test=False, flops=2.0 * 8 * 1024 * 4096)

@@ -1,0 +1,161 @@
+"""Rotary position embedding and scaled dot-product attention (causal, padding, GQA, KV cache).
+
+Shapes follow PyTorch: queries ``(B, Hq, T, D)``, keys/values ``(B, Hkv, S, D)`` with ``Hq`` a
+multiple of ``Hkv`` (grouped-query attention shares each key/value head between ``Hq / Hkv``
+query heads without copying). Positions and cache lengths are tensors, never baked-in constants,
+so one compiled program serves every decode step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import bool_, float32, int32
+from ..errors import OmnitensorError, ShapeError
+from ..tensor.creation import arange
+from ..tensor.math import concatenate, where
+from ..tensor.tensor import Tensor, as_tensor
+from ._ops import lowest, op
+from .activations import softmax
+from .registry import functional
+
+__all__ = ["rope_frequencies", "rope_tables", "rotary_embedding", "scaled_dot_product_attention"]
+
+
+def rope_frequencies(head_dim: int, base: float = 10000.0,
+                     scaling: Mapping[str, Any] | None = None) -> np.ndarray[Any, Any]:
+    """Inverse frequencies ``base ** (-2i / head_dim)`` (float64), with a scaling variant.
+
+    `scaling` (Hugging Face's ``rope_scaling``): ``{"type": "linear", "factor": f}`` divides
+    positions by f; ``{"type": "ntk", "factor": f}`` raises the base (NTK-aware);
+    ``{"type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    "original_max_position_embeddings"}`` is Llama 3's piecewise rule.
+    """
+    if head_dim % 2:
+        raise ShapeError(f"rope: head_dim must be even (got {head_dim})", op="rope")
+    kind = (scaling or {}).get("type", (scaling or {}).get("rope_type", "default"))
+    factor = float((scaling or {}).get("factor", 1.0))
+    if kind == "ntk":
+        base = base * factor ** (head_dim / (head_dim - 2))
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    if kind == "linear":
+        inv = inv / factor
+    elif kind == "llama3":
+        assert scaling is not None
+        low = float(scaling.get("low_freq_factor", 1.0))
+        high = float(scaling.get("high_freq_factor", 4.0))
+        old = float(scaling.get("original_max_position_embeddings", 8192))
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - low) / (high - low)
+        scaled = np.where(wavelen > old / low, inv / factor, inv)
+        mid = (wavelen <= old / low) & (wavelen >= old / high)
+        inv = np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    elif kind not in ("default", "ntk"):
+        raise OmnitensorError(
+            f"rope: unknown scaling type {kind!r} (expected linear, ntk or llama3)", op="rope")
+    return inv
+
+
+def rope_tables(positions: Tensor | int, head_dim: int, base: float = 10000.0,
+                scaling: Mapping[str, Any] | None = None, dtype: Any = float32
+                ) -> tuple[Tensor, Tensor]:
+    """``(cos, sin)`` of shape ``positions.shape + (head_dim // 2,)`` for integer `positions`
+    (a tensor, e.g. ``arange(T) + offset`` for a KV cache, or a length)."""
+    if isinstance(positions, int):
+        positions = arange(positions, dtype=int32)
+    inv = Tensor._apply("constant", value=rope_frequencies(head_dim, base, scaling)
+                        .astype(np.float32))
+    angles = positions.astype(float32).unsqueeze(-1) * inv  # (..., D/2)
+    return (Tensor._apply("cos", angles).astype(dtype), Tensor._apply("sin", angles)
+            .astype(dtype))
+
+
+@functional("rotary_embedding")
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = False
+                     ) -> Tensor:
+    """Rotate pairs of features of `x` (..., T, D) by the angles of ``cos``/``sin`` (T, D/2).
+
+    ``interleaved=False`` pairs feature i with i + D/2 (GPT-NeoX / Hugging Face Llama);
+    ``interleaved=True`` pairs 2i with 2i+1 (GPT-J, Meta's original Llama).
+    """
+    d = x.shape[-1]
+    if cos.shape[-1] * 2 != d:
+        raise ShapeError(f"rotary_embedding: tables of width {cos.shape[-1]} do not fit head "
+                         f"dim {d} (expected {d // 2})", op="rotary_embedding",
+                         shapes=[x.shape, cos.shape])
+    if interleaved:
+        pairs = x.reshape(x.shape[:-1] + (d // 2, 2))
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+        out = concatenate([(x1 * cos - x2 * sin).unsqueeze(-1),
+                           (x2 * cos + x1 * sin).unsqueeze(-1)], axis=-1)
+        return out.reshape(x.shape)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+@functional("attention")
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, *,
+    q_positions: Tensor | None = None, kv_length: Tensor | None = None,
+    dropout_key: Tensor | None = None,
+) -> Tensor:
+    """softmax(q k^T * scale + mask) v, PyTorch's signature plus KV-cache arguments.
+
+    Args:
+        query: (B, Hq, T, D).
+        key: (B, Hkv, S, D); Hq must be a multiple of Hkv (grouped-query attention).
+        value: (B, Hkv, S, Dv).
+        attn_mask: bool (True attends) or additive float mask broadcastable to (B, Hq, T, S);
+            a padding mask is ``(B, 1, 1, S)``.
+        dropout_p: dropout on the attention weights (needs `dropout_key`).
+        is_causal: query i sees keys at positions <= its own. Query positions default to
+            ``S - T + i`` (the end of the keys, which is PyTorch's alignment when T == S).
+        scale: default ``1 / sqrt(D)``.
+        q_positions: int (T,) absolute positions of the queries (decoding with a cache).
+        kv_length: 0-d int: keys at positions >= kv_length are masked (fixed-capacity cache).
+        dropout_key: RNG key for `dropout_p`.
+
+    Returns:
+        (B, Hq, T, Dv).
+    """
+    b, hq, t, d = query.shape
+    hkv, s = key.shape[1], key.shape[2]
+    if hq % hkv or key.shape[0] != b or value.shape[:3] != key.shape[:3]:
+        raise ShapeError(
+            f"attention: incompatible shapes (got query {query.shape}, key {key.shape}, value "
+            f"{value.shape}; expected (B, Hq, T, D), (B, Hkv, S, D), (B, Hkv, S, Dv) with Hq a "
+            "multiple of Hkv)", op="attention", shapes=[query.shape, key.shape, value.shape])
+    groups = hq // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q = query.reshape(b, hkv, groups * t, d)  # heads sharing a kv head side by side
+    scores = op("dot_general", q, key, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
+    scores = (scores * scale).reshape(b, hq, t, s)  # (B, Hq, T, S)
+    keep: Tensor | None = None
+    if is_causal or kv_length is not None:
+        k_pos = arange(s, dtype=int32)
+        if is_causal:
+            qp = q_positions if q_positions is not None else arange(t, dtype=int32) + (s - t)
+            keep = k_pos.reshape(1, s) <= qp.astype(int32).reshape(t, 1)  # (T, S)
+        if kv_length is not None:
+            valid = k_pos < as_tensor(kv_length).astype(int32)
+            keep = valid.reshape(1, s) if keep is None else keep & valid.reshape(1, s)
+    if attn_mask is not None:
+        if attn_mask.dtype.is_bool:
+            keep = attn_mask if keep is None else keep & attn_mask
+        else:
+            scores = scores + attn_mask.astype(scores.dtype)
+    if keep is not None:
+        scores = where(keep.astype(bool_), scores, lowest(scores.dtype))
+    probs = softmax(scores, axis=-1)
+    if dropout_p > 0.0:
+        from .basic import dropout
+
+        probs = dropout(probs, dropout_p, key=dropout_key)
+    probs = probs.reshape(b, hkv, groups * t, s)
+    out = op("dot_general", probs, value, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))
+    return out.reshape(b, hq, t, value.shape[-1])

@@ -1,0 +1,406 @@
+"""`Tokenizer`: one wrapper over the `tokenizers` library for every source omnitensor reads.
+
+Sources: a Hugging Face ``tokenizer.json`` (+ ``tokenizer_config.json``), GGUF metadata
+(``tokenizer.ggml.*``: byte-level BPE "gpt2", SentencePiece-style "llama" with byte fallback,
+WordPiece "bert"), and `char_tokenizer` for omnitensor's own character-level models. Chat
+templates are carried as strings; rendering them belongs to the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, final
+
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer as _Backend
+
+from ..errors import FormatError
+
+__all__ = ["Tokenizer", "char_tokenizer"]
+
+# llama.cpp's token types (tokenizer.ggml.token_type).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# Pre-tokenizer regexes of llama.cpp's byte-level BPE vocabularies (tokenizer.ggml.pre).
+_LLAMA3_SPLIT: Final = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                        r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT: Final = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                       r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_PRE_SPLITS: Final = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT,
+                      "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT}
+_SPIECE: Final = "\u2581"  # SentencePiece's visible space
+
+
+@final
+class Tokenizer:
+    """Text <-> token ids, with the model's special tokens and chat template.
+
+    Args:
+        backend: the `tokenizers.Tokenizer` doing the work (its post-processor adds BOS/EOS or
+            CLS/SEP when ``add_special_tokens=True``).
+        bos_id: beginning-of-sequence id (CLS for BERT), or None.
+        eos_id: end-of-sequence id (SEP for BERT), or None.
+        eos_ids: every id that ends generation (EOS, EOT...); defaults to ``(eos_id,)``.
+        pad_id: padding id, or None.
+        add_bos: whether `encode` prepends `bos_id` (informational: the post-processor does it).
+        chat_template: a Jinja chat template string, or None.
+    """
+
+    def __init__(self, backend: _Backend, *, bos_id: int | None = None,
+                 eos_id: int | None = None, eos_ids: Sequence[int] = (),
+                 pad_id: int | None = None, add_bos: bool = False,
+                 chat_template: str | None = None) -> None:
+        self.backend = backend
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(
+            [*([eos_id] if eos_id is not None else []), *eos_ids]))
+        self.pad_id = pad_id
+        self.add_bos = add_bos
+        self.chat_template = chat_template
+
+    # --- use ---------------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return int(self.backend.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text` (with BOS etc. when `add_special_tokens`).
+
+        Raises:
+            FormatError: when the vocabulary cannot represent `text` (no unknown token).
+        """
+        try:
+            return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        except Exception as exc:  # tokenizers raises bare Exception
+            raise FormatError(f"tokenizer: cannot encode {text[:40]!r} ({exc})") from None
+
+    def encode_batch(self, texts: Sequence[str], *,
+                     add_special_tokens: bool = True) -> list[list[int]]:
+        """`encode` over several texts (in parallel inside `tokenizers`)."""
+        try:
+            encodings = self.backend.encode_batch(list(texts),
+                                                  add_special_tokens=add_special_tokens)
+        except Exception as exc:  # tokenizers raises bare Exception
+            raise FormatError(f"tokenizer: cannot encode batch ({exc})") from None
+        return [list(e.ids) for e in encodings]
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of `ids`."""
+        return str(self.backend.decode(list(map(int, ids)),
+                                       skip_special_tokens=skip_special_tokens))
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of `token`, or None."""
+        found = self.backend.token_to_id(token)
+        return None if found is None else int(found)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The token string of `token_id`, or None."""
+        found = self.backend.id_to_token(int(token_id))
+        return None if found is None else str(found)
+
+    def to_json(self) -> str:
+        """The ``tokenizer.json`` text of the backend."""
+        return str(self.backend.to_str())
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``tokenizer.json`` to `path`."""
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    def summary(self) -> dict[str, Any]:
+        """Model kind, vocabulary size, special ids, whether a chat template is present."""
+        model = json.loads(self.to_json()).get("model", {}).get("type")
+        return {"model": model, "vocab_size": self.vocab_size, "bos_id": self.bos_id,
+                "eos_ids": list(self.eos_ids), "pad_id": self.pad_id, "add_bos": self.add_bos,
+                "chat_template": self.chat_template is not None}
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer(vocab={self.vocab_size}, bos={self.bos_id}, eos={self.eos_ids}, "
+                f"add_bos={self.add_bos})")
+
+    # --- sources -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *,
+                  config: Mapping[str, Any] | None = None) -> Tokenizer:
+        """Load a Hugging Face ``tokenizer.json`` (with an optional ``tokenizer_config.json``).
+
+        Raises:
+            FormatError: when the file cannot be read or parsed.
+        """
+        path = Path(path)
+        try:
+            backend = _Backend.from_str(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FormatError(f"{path}: cannot read tokenizer ({exc})", path=str(path)) from None
+        except Exception as exc:  # tokenizers raises bare Exception on bad JSON
+            raise FormatError(f"{path}: not a valid tokenizer.json ({exc})",
+                              path=str(path)) from None
+        return cls._from_hf(backend, dict(config or {}), {})
+
+    @classmethod
+    def from_hf_dir(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """The tokenizer of a Hugging Face model directory (``tokenizer.json`` + configs).
+
+        Special ids come from ``tokenizer_config.json``, else ``generation_config.json`` /
+        ``config.json``; the chat template from ``tokenizer_config.json`` or
+        ``chat_template.jinja``.
+        """
+        directory = Path(path)
+        configs: list[dict[str, Any]] = []
+        for name in ("tokenizer_config.json", "generation_config.json", "config.json"):
+            file = directory / name
+            try:
+                value = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise FormatError(f"{file}: cannot read JSON ({exc})", path=str(file)) from None
+            configs.append(value if isinstance(value, dict) else {})
+        tok_config, gen_config, model_config = configs
+        template_file = directory / "chat_template.jinja"
+        if "chat_template" not in tok_config and template_file.is_file():
+            tok_config["chat_template"] = template_file.read_text(encoding="utf-8")
+        tokenizer = cls.from_file(directory / "tokenizer.json")
+        return cls._from_hf(tokenizer.backend, tok_config, {**model_config, **gen_config})
+
+    @classmethod
+    def _from_hf(cls, backend: _Backend, config: dict[str, Any],
+                 model_config: dict[str, Any]) -> Tokenizer:
+        def special(name: str) -> int | None:
+            token = config.get(name)
+            if isinstance(token, dict):
+                token = token.get("content")
+            found = backend.token_to_id(token) if isinstance(token, str) else None
+            if found is None:
+                value = model_config.get(f"{name}_id")
+                found = value[0] if isinstance(value, list) and value else value
+            return int(found) if isinstance(found, int) else None
+
+        bos, eos, pad = special("bos_token"), special("eos_token"), special("pad_token")
+        if bos is None:
+            bos = _template_bos(backend)
+        eos_list = model_config.get("eos_token_id")
+        extra = [int(i) for i in eos_list] if isinstance(eos_list, list) else []
+        add_bos = config.get("add_bos_token")
+        if not isinstance(add_bos, bool):
+            probe = backend.encode("a", add_special_tokens=True).ids
+            add_bos = bos is not None and bool(probe) and probe[0] == bos
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default") or next(iter(named.values()), None)
+        return cls(backend, bos_id=bos, eos_id=eos, eos_ids=extra, pad_id=pad, add_bos=add_bos,
+                   chat_template=template if isinstance(template, str) else None)
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+        """Build the tokenizer a GGUF file describes (``tokenizer.ggml.*`` keys).
+
+        ``"gpt2"``: byte-level BPE from tokens and merges (pre-tokenizer regex by
+        ``tokenizer.ggml.pre``). ``"llama"``: SentencePiece-style BPE whose merges follow the
+        token scores (as llama.cpp merges), with ``<0xXX>`` byte fallback and the ``▁`` space
+        prefix. ``"bert"``: WordPiece (llama.cpp's ``▁`` word starts turned back into ``##``
+        continuations). Control tokens become special tokens; BOS/EOS, ``add_bos_token`` and
+        ``tokenizer.chat_template`` come from the metadata.
+
+        Raises:
+            FormatError: a missing or inconsistent key, or an unsupported tokenizer model.
+        """
+        kind = metadata.get("tokenizer.ggml.model")
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        if not isinstance(tokens, list) or not tokens:
+            raise FormatError("gguf tokenizer: tokenizer.ggml.tokens is missing or empty")
+        types = list(metadata.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens))
+        if len(types) != len(tokens):
+            raise FormatError(f"gguf tokenizer: {len(types)} token types for {len(tokens)} "
+                              "tokens")
+
+        def ident(key: str) -> int | None:
+            value = metadata.get(f"tokenizer.ggml.{key}")
+            if isinstance(value, int) and not isinstance(value, bool):
+                if not 0 <= value < len(tokens):
+                    raise FormatError(f"gguf tokenizer: tokenizer.ggml.{key} = {value} is not "
+                                      f"a token id (vocabulary of {len(tokens)})")
+                return value
+            return None
+
+        bos, eos, unk, pad = ident("bos_token_id"), ident("eos_token_id"), \
+            ident("unknown_token_id"), ident("padding_token_id")
+        if kind == "gpt2":
+            backend = _gpt2_backend(metadata, tokens)
+            default_bos = False
+        elif kind == "llama":
+            backend = _llama_backend(metadata, tokens, types, unk)
+            default_bos = True
+        elif kind == "bert":
+            backend = _bert_backend(tokens, types, unk)
+            default_bos = True
+        else:
+            raise FormatError(f"gguf tokenizer: unsupported tokenizer.ggml.model {kind!r} "
+                              "(expected 'gpt2', 'llama' or 'bert')")
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                    for t, k in zip(tokens, types, strict=True) if k == CONTROL])
+        user = [AddedToken(t, special=False, normalized=False)
+                for t, k in zip(tokens, types, strict=True) if k == USER_DEFINED]
+        if user:
+            backend.add_tokens(user)
+        add_bos = metadata.get("tokenizer.ggml.add_bos_token", default_bos)
+        add_eos = metadata.get("tokenizer.ggml.add_eos_token", kind == "bert")
+        _set_post_processor(backend, tokens, bos if add_bos else None,
+                            eos if add_eos else None)
+        eot = ident("eot_token_id")
+        template = metadata.get("tokenizer.chat_template")
+        return cls(backend, bos_id=bos, eos_id=eos, eos_ids=[eot] if eot is not None else [],
+                   pad_id=pad, add_bos=bool(add_bos) and bos is not None,
+                   chat_template=template if isinstance(template, str) else None)
+
+
+def _template_bos(backend: _Backend) -> int | None:
+    """The id a TemplateProcessing post-processor puts first, if any (tokenizer.json alone)."""
+    post = json.loads(backend.to_str()).get("post_processor") or {}
+    single = post.get("single") if post.get("type") == "TemplateProcessing" else None
+    if not single or "SpecialToken" not in single[0]:
+        return None
+    ids = post.get("special_tokens", {}).get(single[0]["SpecialToken"]["id"], {}).get("ids")
+    return int(ids[0]) if ids else None
+
+
+def _set_post_processor(backend: _Backend, tokens: list[str], bos: int | None,
+                        eos: int | None) -> None:
+    if bos is None and eos is None:
+        return
+    first = f"{tokens[bos]} " if bos is not None else ""
+    last = f" {tokens[eos]}" if eos is not None else ""
+    specials = [(tokens[i], i) for i in dict.fromkeys(x for x in (bos, eos) if x is not None)]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{first}$A{last}", pair=f"{first}$A{last} $B{last}", special_tokens=specials)
+
+
+def _gpt2_backend(metadata: Mapping[str, Any], tokens: list[str]) -> _Backend:
+    merges_raw = metadata.get("tokenizer.ggml.merges")
+    if not isinstance(merges_raw, list):
+        raise FormatError("gguf tokenizer: gpt2 model without tokenizer.ggml.merges")
+    merges: list[tuple[str, str]] = []
+    for merge in merges_raw:
+        parts = str(merge).split(" ")
+        if len(parts) != 2:
+            raise FormatError(f"gguf tokenizer: merge {merge!r} is not two tokens")
+        merges.append((parts[0], parts[1]))
+    vocab = {token: i for i, token in enumerate(tokens)}
+    backend = _Backend(models.BPE(vocab, merges, ignore_merges=False))
+    split = _PRE_SPLITS.get(str(metadata.get("tokenizer.ggml.pre", "gpt2")))
+    if split is None:
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+    """BPE merges that reproduce SentencePiece's score-driven merging (as llama.cpp does).
+
+    llama.cpp merges the adjacent pair whose concatenation is the highest-scoring token; a BPE
+    whose merge ranks follow the merged token's score does the same.
+    """
+    mergeable = {t: i for i, (t, k) in enumerate(zip(tokens, types, strict=True))
+                 if k in (NORMAL, USER_DEFINED)}
+    candidates: list[tuple[float, int, int, str, str]] = []
+    for token, index in mergeable.items():
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in mergeable and right in mergeable:
+                candidates.append((-scores[index], mergeable[left], mergeable[right], left, right))
+    candidates.sort()
+    return [(left, right) for *_, left, right in candidates]
+
+
+def _llama_backend(metadata: Mapping[str, Any], tokens: list[str], types: list[int],
+                   unk: int | None) -> _Backend:
+    scores = metadata.get("tokenizer.ggml.scores")
+    if not isinstance(scores, list) or len(scores) != len(tokens):
+        raise FormatError("gguf tokenizer: llama model needs tokenizer.ggml.scores, one per token")
+    vocab = {token: i for i, token in enumerate(tokens)}
+    byte_fallback = BYTE in types
+    model = models.BPE(vocab, _spm_merges(tokens, [float(s) for s in scores], types),
+                       unk_token=tokens[unk] if unk is not None else None,
+                       byte_fallback=byte_fallback, fuse_unk=True)
+    backend = _Backend(model)
+    steps: list[Any] = []
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+        steps.append(normalizers.Prepend(_SPIECE))
+    steps.append(normalizers.Replace(" ", _SPIECE))
+    backend.normalizer = normalizers.Sequence(steps)
+    decode: list[Any] = [decoders.Replace(_SPIECE, " ")]
+    if byte_fallback:
+        decode.append(decoders.ByteFallback())
+    decode.append(decoders.Fuse())
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+        decode.append(decoders.Strip(" ", 1, 0))
+    backend.decoder = decoders.Sequence(decode)
+    return backend
+
+
+def _bert_backend(tokens: list[str], types: list[int], unk: int | None) -> _Backend:
+    # llama.cpp's converter marks word starts with "▁" and drops WordPiece's "##": undo it.
+    vocab: dict[str, int] = {}
+    for i, (token, kind) in enumerate(zip(tokens, types, strict=True)):
+        if kind == CONTROL or (token.startswith("[") and token.endswith("]")):
+            word = token
+        elif token.startswith(_SPIECE):
+            word = token[1:]
+        else:
+            word = "##" + token
+        vocab.setdefault(word, i)
+    unk_token = tokens[unk] if unk is not None else "[UNK]"
+    backend = _Backend(models.WordPiece(vocab, unk_token=unk_token))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece()
+    return backend
+
+
+def char_tokenizer(alphabet: str | Sequence[str], *, bos: str | None = None,
+                   eos: str | None = None, unk: str | None = None) -> Tokenizer:
+    """A character-level tokenizer: one id per character of `alphabet`, in order.
+
+    Optional special tokens get the next ids (BOS, EOS, then UNK). Without `unk`, text with a
+    character outside the alphabet cannot be encoded (FormatError). `Tokenizer.save` writes a
+    valid ``tokenizer.json`` that `Tokenizer.from_file` (and Hugging Face) read back.
+
+    Args:
+        alphabet: the characters (duplicates ignored after the first).
+        bos: beginning-of-sequence token, added by `encode` when given.
+        eos: end-of-sequence token (not added by `encode`; it stops generation).
+        unk: token for characters outside the alphabet.
+
+    Raises:
+        FormatError: an alphabet entry that is not a single character.
+    """
+    chars = list(dict.fromkeys(alphabet))
+    if not chars or any(len(c) != 1 for c in chars):
+        raise FormatError(f"char_tokenizer: the alphabet must be non-empty single characters "
+                          f"(got {chars[:5]!r})")
+    vocab = {c: i for i, c in enumerate(chars)}
+    specials = [t for t in (bos, eos, unk) if t is not None]
+    for token in specials:
+        if token in vocab:
+            raise FormatError(f"char_tokenizer: special token {token!r} is also in the alphabet")
+        vocab[token] = len(vocab)
+    backend = _Backend(models.WordLevel(vocab, unk_token=unk or "\x00<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    bos_id = vocab.get(bos) if bos is not None else None
+    eos_id = vocab.get(eos) if eos is not None else None
+    if bos_id is not None:
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(str(bos), bos_id)])
+    return Tokenizer(backend, bos_id=bos_id, eos_id=eos_id, add_bos=bos_id is not None)

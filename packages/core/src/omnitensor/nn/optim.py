@@ -1,0 +1,253 @@
+"""Optimizers (SGD, AdamW), gradient clipping and the cosine-with-warmup schedule.
+
+`step()` computes every new parameter and optimizer state lazily and realizes them all in ONE
+program (``omnitensor.realize``), so graphs never grow across steps. Per-step scalars (learning
+rate, bias corrections) enter as 0-d input tensors, not baked-in constants, so every step hits
+the same cached plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..autograd.mode import no_grad
+from ..errors import OmnitensorError
+from ..ir.program import Role
+from ..tensor.interop import from_numpy
+from ..tensor.tensor import Tensor, realize
+from .module import assign
+
+__all__ = ["SGD", "AdamW", "CosineWithWarmup", "Optimizer", "clip_grad_norm_"]
+
+
+def _scalar(value: float, like: Tensor) -> Tensor:
+    """A 0-d input tensor (a leaf, so its value is not part of the plan-cache key)."""
+    return from_numpy(np.asarray(value, dtype=like.dtype.np))
+
+
+class Optimizer:
+    """Base class: parameter groups, per-parameter state, one-program steps, state dicts.
+
+    Args:
+        params: tensors, or dicts ``{"params": [...], **hyperparameters}`` (parameter groups).
+        defaults: hyperparameters a group does not set.
+    """
+
+    def __init__(self, params: Iterable[Any], defaults: Mapping[str, Any]) -> None:
+        self.defaults = dict(defaults)
+        items = list(params)
+        if not items:
+            raise OmnitensorError(f"{type(self).__name__}: got an empty parameter list")
+        groups = items if isinstance(items[0], dict) else [{"params": items}]
+        self.param_groups: list[dict[str, Any]] = []
+        for group in groups:
+            full = {**self.defaults, **group, "params": list(group["params"])}
+            unknown = set(full) - set(self.defaults) - {"params"}
+            if unknown:
+                raise OmnitensorError(f"{type(self).__name__}: unknown hyperparameters "
+                                      f"{sorted(unknown)} (known: {sorted(self.defaults)})")
+            self.param_groups.append(full)
+        self.state: dict[int, dict[str, Any]] = {}  # by parameter position
+        self.steps = 0
+
+    def _params(self) -> list[Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def zero_grad(self) -> None:
+        """Forget every parameter's gradient."""
+        for p in self._params():
+            p.grad = None
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient; one program realizes the results."""
+        self.steps += 1
+        updated: list[Tensor] = []
+        index = 0
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        state = self.state.setdefault(index, {})
+                        new = self._update(p, p.grad.astype(p.dtype), state, group)
+                        new._node.role = Role.PARAMETER
+                        assign(p, new)
+                        updated.append(p)
+                        updated.extend(v for v in state.values() if isinstance(v, Tensor))
+                    index += 1
+        if updated:
+            realize(*updated)
+            for t in updated:
+                if t._node.role is not Role.PARAMETER:
+                    t._node.role = Role.STATE
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+                ) -> Tensor:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Hyperparameters per group and state per parameter position (numpy copies)."""
+        return {
+            "steps": self.steps,
+            "param_groups": [{k: v for k, v in g.items() if k != "params"} | {
+                "n_params": len(g["params"])} for g in self.param_groups],
+            "state": {i: {k: (v.numpy() if isinstance(v, Tensor) else v) for k, v in s.items()}
+                      for i, s in self.state.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned (same parameter layout).
+
+        Raises:
+            OmnitensorError: when the group layout differs.
+        """
+        groups = state["param_groups"]
+        if [g["n_params"] for g in groups] != [len(g["params"]) for g in self.param_groups]:
+            raise OmnitensorError(
+                f"{type(self).__name__}.load_state_dict: parameter groups differ (got sizes "
+                f"{[g['n_params'] for g in groups]}, expected "
+                f"{[len(g['params']) for g in self.param_groups]})")
+        for mine, saved in zip(self.param_groups, groups, strict=True):
+            mine.update({k: v for k, v in saved.items() if k != "n_params"})
+        self.steps = int(state["steps"])
+        self.state = {}
+        for i, s in state["state"].items():
+            restored: dict[str, Any] = {}
+            for k, v in s.items():
+                if isinstance(v, np.ndarray):
+                    t = from_numpy(v.copy())
+                    t._node.role = Role.STATE
+                    restored[k] = t
+                else:
+                    restored[k] = v
+            self.state[int(i)] = restored
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, Nesterov and (coupled) weight decay.
+
+    Math: ``g += wd p; buf = m buf + (1 - dampening) g; p -= lr (g + m buf if nesterov else buf)``.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-2, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False) -> None:
+        super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
+                                  "weight_decay": weight_decay, "nesterov": nesterov})
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+                ) -> Tensor:
+        if group["weight_decay"]:
+            g = g + p * group["weight_decay"]
+        m = group["momentum"]
+        if m:
+            if "momentum_buffer" not in state:
+                buf = g
+            else:
+                buf = state["momentum_buffer"] * m + g * (1.0 - group["dampening"])
+            assign_state(state, "momentum_buffer", buf)
+            g = g + buf * m if group["nesterov"] else state["momentum_buffer"]
+        return p - g * _scalar(group["lr"], p)
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter).
+
+    Math: ``p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2) -> None:
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
+                                  "weight_decay": weight_decay})
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+                ) -> Tensor:
+        b1, b2 = group["betas"]
+        t = int(state.get("step", 0)) + 1
+        state["step"] = t
+        m = state.get("exp_avg")
+        v = state.get("exp_avg_sq")
+        m = g * (1.0 - b1) if m is None else m * b1 + g * (1.0 - b1)
+        v = g * g * (1.0 - b2) if v is None else v * b2 + g * g * (1.0 - b2)
+        assign_state(state, "exp_avg", m)
+        assign_state(state, "exp_avg_sq", v)
+        lr = group["lr"]
+        step_size = _scalar(lr / (1.0 - b1**t), p)
+        inv_corr = _scalar(1.0 / math.sqrt(1.0 - b2**t), p)
+        decayed = p * _scalar(1.0 - lr * group["weight_decay"], p)
+        return decayed - step_size * m / (v.sqrt() * inv_corr + group["eps"])
+
+
+def assign_state(state: dict[str, Any], name: str, value: Tensor) -> None:
+    """Store a state tensor, rebinding the existing handle (so compiled steps see the update)."""
+    if name in state:
+        assign(state[name], value)
+    else:
+        state[name] = Tensor(value._node, value._index)
+
+
+def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
+    """Scale gradients in place so that their global L2 norm is at most `max_norm`.
+
+    Returns:
+        The norm before clipping (a lazy 0-d tensor; realized with the optimizer step).
+    """
+    grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return from_numpy(np.asarray(0.0, np.float32))
+    with no_grad():
+        total: Any = None
+        for p in grads:
+            square = (p.grad.astype("float32") * p.grad.astype("float32")).sum()
+            total = square if total is None else total + square
+        norm = total.sqrt()
+        factor = (max_norm / (norm + 1e-6)).clip(hi=1.0)
+        for p in grads:
+            p.grad = p.grad * factor.astype(p.grad.dtype)
+    return norm  # type: ignore[no-any-return]
+
+
+class CosineWithWarmup:
+    """Linear warmup to the base rate, then cosine decay to ``min_lr`` at `total_steps`.
+
+    Call `step()` once per optimizer step; it sets ``lr`` of every parameter group.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int,
+                 min_lr: float = 0.0) -> None:
+        self.optimizer = optimizer
+        self.warmup, self.total, self.min_lr = warmup_steps, total_steps, min_lr
+        self.base = [g["lr"] for g in optimizer.param_groups]
+        self.count = 0
+        self._apply()
+
+    def lr_at(self, step: int, base: float) -> float:
+        """The learning rate at `step` for a group whose base rate is `base`."""
+        if step < self.warmup:
+            return base * (step + 1) / self.warmup
+        progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+        return self.min_lr + 0.5 * (base - self.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+    def _apply(self) -> None:
+        for group, base in zip(self.optimizer.param_groups, self.base, strict=True):
+            group["lr"] = self.lr_at(self.count, base)
+
+    def step(self) -> None:
+        """Advance one step."""
+        self.count += 1
+        self._apply()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule position."""
+        return {"count": self.count, "base": list(self.base)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the schedule position."""
+        self.count, self.base = int(state["count"]), list(state["base"])
+        self._apply()
