@@ -124,7 +124,8 @@ def main() -> None:
         compile_s = time.perf_counter() - start
         want = evaluate(fn, inputs)[0] if "matmul" not in title else competitors["numpy"]()
         err = float(np.max(np.abs(np.asarray(got, np.float64) - want)))
-        systems: dict[str, Callable[[], Any]] = {"cpu": lambda: backend.run(exe, buffers)}
+        systems: dict[str, Callable[[], Any]] = {
+            "cpu": lambda exe=exe, buffers=buffers: backend.run(exe, buffers)}
         systems.update(competitors)
         times: dict[str, list[float]] = {name: [] for name in systems}
         for fn_ in systems.values():  # warm-up

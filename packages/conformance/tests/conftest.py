@@ -8,4 +8,3 @@ import sys
 HERE = pathlib.Path(__file__).parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-

@@ -36,8 +36,13 @@ class HonestBackend(Backend):
     def compile(self, function: Function) -> Executable:
         return _Exe(function)
 
-    def run(self, executable: Executable, inputs: Sequence[Any], *,
-            donated: frozenset[int] = frozenset()) -> list[Any]:
+    def run(
+        self,
+        executable: Executable,
+        inputs: Sequence[Any],
+        *,
+        donated: frozenset[int] = frozenset(),
+    ) -> list[Any]:
         return self.outputs(executable.function, list(inputs))
 
     def outputs(self, fn: Function, inputs: list[Any]) -> list[Any]:

@@ -10,11 +10,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
-import numba  # type: ignore[import-untyped]
-from llvmlite import ir as _llvm_ir  # type: ignore[import-untyped]
+import numba
+from llvmlite import ir as _llvm_ir
 from numba import types as _types
-from numba.core.errors import NumbaPerformanceWarning  # type: ignore[import-untyped]
-from numba.extending import intrinsic as _intrinsic  # type: ignore[import-untyped]
+from numba.core.errors import NumbaPerformanceWarning
+from numba.extending import intrinsic as _intrinsic
 
 __all__ = [
     "FASTMATH",
@@ -49,8 +49,9 @@ def jit(*, parallel: bool = False, fastmath: bool | frozenset[str] = FASTMATH,
         cache: cache machine code on disk (``NUMBA_CACHE_DIR`` or next to the source).
         inline: inline at the numba IR level (for tiny helpers; LLVM inlines the rest anyway).
     """
-    flags: Any = set(fastmath) if fastmath else False
-    return numba.njit(  # type: ignore[no-any-return]
+    flags: Any = set(fastmath) if isinstance(fastmath, frozenset) else fastmath
+    njit: Any = numba.njit
+    decorator: Callable[[Callable[..., Any]], Any] = njit(
         parallel=parallel,
         fastmath=flags,
         cache=cache,
@@ -58,6 +59,7 @@ def jit(*, parallel: bool = False, fastmath: bool | frozenset[str] = FASTMATH,
         nogil=True,
         inline="always" if inline else "never",
     )
+    return decorator
 
 
 def set_num_threads(n: int) -> None:
@@ -72,10 +74,11 @@ def get_num_threads() -> int:
 
 def max_threads() -> int:
     """The size of numba's thread pool (``NUMBA_NUM_THREADS``, fixed at first use)."""
-    return int(numba.config.NUMBA_NUM_THREADS)
+    config: Any = numba.config
+    return int(config.NUMBA_NUM_THREADS)
 
 
-@_intrinsic  # type: ignore[untyped-decorator]
+@_intrinsic
 def _bitcast_i64_f64(typingctx: Any, value: Any) -> Any:
     # NOTE: numba has no scalar bit-cast; this one lowers to a single LLVM `bitcast`, which
     # vectorizes (a 1-element array view would not).

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from omnitensor.dtypes import DType, bool_, float32, float64
 from omnitensor.ir.program import Instruction
+from omnitensor.ir.types import TensorType, Type
 
 from . import mathlib
 from ._compat import NUMBA_VERSION
@@ -57,10 +58,15 @@ def _np(dtype: DType) -> str:
     return {"float32": "np.float32", "float64": "np.float64", "bool": "np.bool_"}[dtype.name]
 
 
+def _dtype(type: Type) -> DType:
+    assert isinstance(type, TensorType), type
+    return type.dtype
+
+
 def _expr(inst: Instruction, args: Sequence[str]) -> str | None:
     """Scalar numba expression computing `inst` from its operand expressions (None: unfusable)."""
     op = inst.op
-    out = inst.results[0].type.dtype  # type: ignore[union-attr]
+    out = _dtype(inst.results[0].type)
     cast = _np(out)
     if op in _ARITH:
         return f"({args[0]} {_ARITH[op]} {args[1]})"
@@ -134,7 +140,8 @@ class FusedGroup:
 
     def source(self) -> str:
         """The kernel module's source (its hash names the file)."""
-        dtypes = {v.id: v.type.dtype for i in self.insts for v in (*i.operands, *i.results)}
+        dtypes = {v.id: _dtype(v.type) for i in self.insts
+                  for v in (*i.operands, *i.results)}
         names = {vid: f"x{k}" for k, vid in enumerate(self.inputs)}
         consts: list[str] = []
         for k, (vid, value) in enumerate(sorted(self.literals.items())):
@@ -171,7 +178,7 @@ class FusedGroup:
         for variant, loop in (("nd", "range"), ("nd_par", "prange")):
             parallel = ", parallel=True" if loop == "prange" else ""
             lines += [f"@jit(fastmath=FM{parallel})", f"def {variant}({params}):",
-                      f"    shape = out0.shape"]
+                      "    shape = out0.shape"]
             idx = ", ".join(f"i{d}" for d in range(ndim))
             for d in range(ndim):
                 kind = loop if d == 0 else "range"
@@ -182,8 +189,11 @@ class FusedGroup:
 
 
 def cache_dir() -> Path:
-    """Where generated kernel sources live: ``OMNITENSOR_CPU_CACHE_DIR``, else a folder inside
-    ``NUMBA_CACHE_DIR``, else ``~/.cache/omnitensor/cpu-kernels``."""
+    """Where generated kernel sources live.
+
+    ``OMNITENSOR_CPU_CACHE_DIR``, else ``$NUMBA_CACHE_DIR/omnitensor-cpu-kernels``, else
+    ``~/.cache/omnitensor/cpu-kernels``.
+    """
     explicit = os.environ.get("OMNITENSOR_CPU_CACHE_DIR")
     if explicit:
         return Path(explicit)

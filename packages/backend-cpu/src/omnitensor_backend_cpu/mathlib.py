@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from typing import Any, Final
+from typing import Final
 
 from ._compat import f64_from_bits, jit
 
@@ -48,7 +48,8 @@ def _exp_reduced(x: float) -> float:
     p = p * r + 1.0
     p = p * r + 1.0
     bits = (int(n) + 1023) << 52
-    return p * f64_from_bits(bits)  # type: ignore[no-any-return]
+    scale: float = f64_from_bits(bits)
+    return p * scale
 
 
 @_helper
@@ -56,7 +57,7 @@ def exp32(x: float) -> float:
     """e**x, accurate to float32 (NaN propagates; overflow gives inf, underflow 0)."""
     clamped = min(max(x, -110.0), 100.0)
     y = _exp_reduced(clamped)
-    return x if x != x else y  # type: ignore[no-any-return]
+    return x if x != x else y
 
 
 @_helper
@@ -70,7 +71,7 @@ def tanh32(x: float) -> float:
     small = a - a * a2 * (0.3333333333333333 - a2 * 0.13333333333333333)
     t = small if a < 0.0009765625 else big
     t = -t if x < 0.0 else t
-    return x if x != x else t  # type: ignore[no-any-return]
+    return x if x != x else t
 
 
 @_helper
@@ -78,7 +79,7 @@ def logistic32(x: float) -> float:
     """1 / (1 + e**-x), accurate to float32; never overflows."""
     e = _exp_reduced(min(max(-x, -110.0), 110.0))
     y = 1.0 / (1.0 + e)
-    return x if x != x else y  # type: ignore[no-any-return]
+    return x if x != x else y
 
 
 @_helper
@@ -90,7 +91,7 @@ def _erf_series(x: float) -> float:
     for n in range(36):
         p += term / (2 * n + 1)
         term = -term * x2 / (n + 1)
-    return _TWO_OVER_SQRTPI * x * p  # type: ignore[no-any-return]
+    return _TWO_OVER_SQRTPI * x * p
 
 
 @_helper
@@ -100,7 +101,8 @@ def _erfc_fraction(a: float) -> float:
     f = a
     for k in range(24, 0, -1):
         f = a + (0.5 * k) / f
-    return _exp_reduced(-(a * a)) * _INV_SQRTPI / f  # type: ignore[no-any-return]
+    tail: float = _exp_reduced(-(a * a))
+    return tail * _INV_SQRTPI / f
 
 
 @_helper
@@ -111,7 +113,7 @@ def erf32(x: float) -> float:
     large = 1.0 - _erfc_fraction(max(a, 2.5))
     y = small if a < 2.5 else large
     y = -y if x < 0.0 else y
-    return x if x != x else y  # type: ignore[no-any-return]
+    return x if x != x else y
 
 
 def _source_hash() -> str:

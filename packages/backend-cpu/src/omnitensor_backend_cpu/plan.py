@@ -20,7 +20,7 @@ from typing import Any, Final
 import numpy as np
 
 from omnitensor.dtypes import float32, float64
-from omnitensor.ir.opdef import Trait, get_op
+from omnitensor.ir.opdef import get_op
 from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
@@ -431,6 +431,6 @@ def _assign_buffers(function: Function, drafts: list[_Draft], template: list[Any
 def _getter(owned: _Owned, in_arena: bool) -> Callable[[Slots], Array]:
     if in_arena:
         slot = owned.value
-        return lambda slots: slots[slot]  # type: ignore[no-any-return]
+        return lambda slots: slots[slot]
     shape, dtype = owned.shape, owned.dtype
     return lambda slots: np.empty(shape, dtype)

@@ -55,7 +55,9 @@ def _match_softmax(div: Instruction, producers: dict[int, Instruction]) -> list[
     e, sb = (get(v.id) for v in div.operands)
     if e is None or sb is None or e.op != "exp":
         return None
-    shape = div.results[0].type.shape  # type: ignore[union-attr]
+    result = div.results[0].type
+    assert isinstance(result, TensorType)
+    shape = result.shape
     if not shape or not _is_row_broadcast(sb, shape):
         return None
     s = get(sb.operands[0].id)
@@ -125,12 +127,11 @@ def _softmax_row_f32(x: Any, out: Any) -> None:
         m = np.nan
     total = 0.0
     for j in range(n):
-        e = np.float32(exp32(np.float64(x[j] - m)))
+        e: Any = np.float32(exp32(np.float64(x[j] - m)))
         out[j] = e
         total += e
-    scale = np.float32(total)
     for j in range(n):
-        out[j] = out[j] / scale
+        out[j] = out[j] / np.float32(total)
 
 
 @jit(inline=True)
@@ -179,7 +180,9 @@ def _softmax_f64_par(x: Any, out: Any) -> None:
 
 def row_step(match: RowMatch, index: int, draft: Any, owned: Any) -> Any:
     """The plan step (a `plan._Draft`) running `match` as one kernel."""
-    dtype = float32.np if match.insts[-1].results[0].type.dtype == float32 else float64.np  # type: ignore[union-attr]
+    result = match.insts[-1].results[0].type
+    assert isinstance(result, TensorType)
+    dtype = float32.np if result.dtype == float32 else float64.np
     cols = match.shape[-1]
     rows = math.prod(match.shape[:-1])
     big = rows * cols >= PARALLEL_THRESHOLD and rows > 1

@@ -55,8 +55,10 @@ def _info(adapter: Any) -> AdapterInfo:
 
 
 def find_adapter() -> tuple[Any, AdapterInfo]:
-    """The best adapter: ``OMNITENSOR_WGPU_ADAPTER`` (a substring of the device or backend name)
-    when set, else hardware before software, native APIs before OpenGL, shader-f16 first.
+    """The best adapter and its info.
+
+    ``OMNITENSOR_WGPU_ADAPTER`` (a substring of the device or API name) chooses when set; else
+    hardware before software, native APIs before OpenGL, shader-f16 first.
 
     Raises:
         RuntimeError: when no adapter exists (or none matches the environment variable).

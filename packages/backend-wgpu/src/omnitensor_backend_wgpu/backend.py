@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, final
 
 import numpy as np
@@ -294,9 +294,9 @@ class WgpuBackend(Backend):
         self.device.submit(launches)
         outputs = []
         for view in low.outputs:
-            storage = slots[view.slot]
-            assert storage is not None
-            outputs.append(WgpuBuffer(storage, view.shape, view.dtype))
+            owner = slots[view.slot]
+            assert owner is not None
+            outputs.append(WgpuBuffer(owner, view.shape, view.dtype))
         return outputs
 
     def stats(self) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""WGSL sources of the non-fused kernels: reductions, tiled matmul, gather, dynamic slices, pad,
-cumsum, and the threefry helper used by fused `rng` leaves.
+"""WGSL sources of the non-fused kernels (reductions, tiled matmul, gather, slices, pad, cumsum).
+
+Also the threefry helper used by fused `rng` leaves.
 
 Every kernel reads shapes, strides and offsets from one uniform block (`P`), so its source
 depends only on the op, dtypes and binding count, never on shapes: one pipeline serves every
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from omnitensor.dtypes import DType, bool_, float16
+from omnitensor.dtypes import DType, float16
 
 from .wgsl import MATHLIB, compute_type, load_expr, storage_type, store_expr
 
@@ -84,6 +85,7 @@ def prelude(bindings: Sequence[tuple[DType, bool]], *, math: bool = False) -> st
     return "\n".join(lines) + "\n"
 
 
+_GUARD = "  if (gid >= p(0u)) { return; }\n"
 _LINEAR = ("@compute @workgroup_size(64)\n"
            "fn main(@builtin(global_invocation_id) g: vec3<u32>, "
            "@builtin(num_workgroups) nwg: vec3<u32>) {\n"
@@ -207,8 +209,10 @@ def matmul_source(dtype: DType) -> str:
     acc = compute_type(dtype)
     zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[acc]
     head = prelude([(dtype, False), (dtype, False), (dtype, True)])
-    la = load_expr(dtype, "b1[u32(pi(4u) + i32(b) * pi(5u) + i32(row) * pi(6u) + i32(ka) * pi(7u))]")
-    lb = load_expr(dtype, "b2[u32(pi(8u) + i32(b) * pi(9u) + i32(kb) * pi(10u) + i32(col) * pi(11u))]")
+    la = load_expr(dtype, "b1[u32(pi(4u) + i32(b) * pi(5u) + i32(row) * pi(6u)"
+                          " + i32(ka) * pi(7u))]")
+    lb = load_expr(dtype, "b2[u32(pi(8u) + i32(b) * pi(9u) + i32(kb) * pi(10u)"
+                          " + i32(col) * pi(11u))]")
     return head + f"""
 var<workgroup> ta: array<array<{acc}, 16>, 16>;
 var<workgroup> tb: array<array<{acc}, 16>, 16>;
@@ -264,7 +268,7 @@ def gather_source(dtype: DType, index: DType) -> str:
     """
     clamp = ("u32(clamp(raw, 0, i32(p(28u)) - 1))" if index.kind == "i"
              else "min(raw, p(28u) - 1u)")
-    return prelude([(dtype, False), (index, False), (dtype, True)]) + _LINEAR + f"""  if (gid >= p(0u)) {{ return; }}
+    return prelude([(dtype, False), (index, False), (dtype, True)]) + _LINEAR + _GUARD + f"""
   var a = pi(10u);
   var ia = pi(19u);
 {_unravel("p(1u)", 2, [("a", 11), ("ia", 20)])}  let raw = b2[u32(ia)];
@@ -294,7 +298,7 @@ def dynamic_slice_source(dtype: DType, index_dtypes: Sequence[DType]) -> str:
     r = len(index_dtypes)
     binds = [(dtype, False)] + [(d, False) for d in index_dtypes] + [(dtype, True)]
     out = f"b{r + 2}"
-    return prelude(binds) + _LINEAR + f"""  if (gid >= p(0u)) {{ return; }}
+    return prelude(binds) + _LINEAR + _GUARD + f"""
 {_starts(index_dtypes, 2, 19, 2)}  var a = pi(10u);
   var rem = gid;
   for (var d = i32(p(1u)) - 1; d >= 0; d = d - 1) {{
@@ -315,9 +319,10 @@ def dynamic_update_slice_source(dtype: DType, index_dtypes: Sequence[DType]) -> 
     up_strides (20..27), up_shape (28..35). Bindings: operand, update, starts..., out.
     """
     r = len(index_dtypes)
-    binds = [(dtype, False), (dtype, False)] + [(d, False) for d in index_dtypes] + [(dtype, True)]
+    binds = [(dtype, False), (dtype, False)]
+    binds += [(d, False) for d in index_dtypes] + [(dtype, True)]
     out = f"b{r + 3}"
-    return prelude(binds) + _LINEAR + f"""  if (gid >= p(0u)) {{ return; }}
+    return prelude(binds) + _LINEAR + _GUARD + f"""
 {_starts(index_dtypes, 3, 2, 28)}  var a = pi(10u);
   var ua = pi(19u);
   var inside = true;
@@ -336,27 +341,27 @@ def dynamic_update_slice_source(dtype: DType, index_dtypes: Sequence[DType]) -> 
 
 
 def pad_source(dtype: DType) -> str:
-    """pad with low/high (possibly negative) and interior padding.
+    """Pad with low/high (possibly negative) and interior padding.
 
     Params: n, rank, out_shape (2..9), off (10), strides (11..18), in_shape (19..26),
     low (27..34), interior (35..42), pad_value offset (43). Bindings: x, padding_value, out.
     """
-    return prelude([(dtype, False), (dtype, False), (dtype, True)]) + _LINEAR + f"""  if (gid >= p(0u)) {{ return; }}
-  var a = pi(10u);
+    head = prelude([(dtype, False), (dtype, False), (dtype, True)])
+    return head + _LINEAR + _GUARD + """  var a = pi(10u);
   var hole = false;
   var rem = gid;
-  for (var d = i32(p(1u)) - 1; d >= 0; d = d - 1) {{
+  for (var d = i32(p(1u)) - 1; d >= 0; d = d - 1) {
     let sz = p(2u + u32(d));
     let c = i32(rem % sz);
     rem = rem / sz;
     let t = c - pi(27u + u32(d));
     let step = pi(35u + u32(d)) + 1;
     let s = t / max(step, 1);
-    if (t < 0 || t % step != 0 || s >= pi(19u + u32(d))) {{ hole = true; }}
+    if (t < 0 || t % step != 0 || s >= pi(19u + u32(d))) { hole = true; }
     a = a + s * pi(11u + u32(d));
-  }}
-  if (hole) {{ b3[gid] = b2[u32(pi(43u))]; }} else {{ b3[gid] = b1[u32(a)]; }}
-}}
+  }
+  if (hole) { b3[gid] = b2[u32(pi(43u))]; } else { b3[gid] = b1[u32(a)]; }
+}
 """
 
 
@@ -369,7 +374,7 @@ def cumsum_source(dtype: DType) -> str:
     acc = compute_type(dtype)
     zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[acc]
     load = load_expr(dtype, "b1[u32(a + i32(k) * pi(4u))]")
-    return prelude([(dtype, False), (dtype, True)]) + _LINEAR + f"""  if (gid >= p(0u)) {{ return; }}
+    return prelude([(dtype, False), (dtype, True)]) + _LINEAR + _GUARD + f"""
   var a = pi(3u);
   var o = 0;
   var rem = gid;

@@ -220,7 +220,7 @@ class _Lowering:
         collect(expr)
         binding = {slot: k for k, slot in enumerate(slots, start=1)}
         out_binding = len(slots) + 1
-        dtypes = {slot: None for slot in slots}
+        dtypes: dict[int, DType] = {slot: uint32 for slot in slots}
         for leaf in leaves:
             if isinstance(leaf, View):
                 dtypes[leaf.slot] = leaf.dtype
@@ -340,22 +340,22 @@ def view_op(op: str, x: View, attrs: dict[str, Any], shape: tuple[int, ...]) -> 
         perm = attrs["perm"]
         return View(x.slot, x.dtype, shape, tuple(x.strides[p] for p in perm), x.offset)
     if op == "broadcast_in_dim":
-        strides = [0] * len(shape)
+        spread = [0] * len(shape)
         for i, d in enumerate(attrs["dims"]):
-            strides[d] = x.strides[i] if x.shape[i] == shape[d] else 0
-        return View(x.slot, x.dtype, shape, tuple(strides), x.offset)
+            spread[d] = x.strides[i] if x.shape[i] == shape[d] else 0
+        return View(x.slot, x.dtype, shape, tuple(spread), x.offset)
     if op == "slice":
         offset = x.offset + sum(s * st for s, st in zip(attrs["start"], x.strides, strict=True))
-        strides = tuple(st * k for st, k in zip(x.strides, attrs["stride"], strict=True))
-        return View(x.slot, x.dtype, shape, strides, offset)
+        stepped = tuple(st * k for st, k in zip(x.strides, attrs["stride"], strict=True))
+        return View(x.slot, x.dtype, shape, stepped, offset)
     if op == "reverse":
-        strides, offset = list(x.strides), x.offset
+        flipped, offset = list(x.strides), x.offset
         for a in attrs["axes"]:
             a %= len(x.shape)
             if x.shape[a] > 0:
-                offset += (x.shape[a] - 1) * strides[a]
-            strides[a] = -strides[a]
-        return View(x.slot, x.dtype, shape, tuple(strides), offset)
+                offset += (x.shape[a] - 1) * flipped[a]
+            flipped[a] = -flipped[a]
+        return View(x.slot, x.dtype, shape, tuple(flipped), offset)
     if op == "reshape":
         if x.is_dense():
             return View(x.slot, x.dtype, shape, row_major(shape), x.offset)

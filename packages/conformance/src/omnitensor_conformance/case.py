@@ -132,7 +132,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        """The test id: ``<op>-<dtype>-<sample>`` (what xfail files and ``--omnitensor-case`` use)."""
+        """The test id ``<op>-<dtype>-<sample>`` (xfail files and ``--omnitensor-case`` use it)."""
         return f"{self.op}-{self.dtype}-{self.sample}"
 
     def seed(self, base: int = 0) -> int:

@@ -117,7 +117,8 @@ def _ordered(x: Array) -> Array:
     signed = {16: np.int16, 32: np.int32, 64: np.int64}[bits]
     raw = np.array(x, order="C").view(signed).astype(np.int64)
     magnitude = raw & ((1 << (bits - 1)) - 1)
-    return np.where(raw < 0, -magnitude, magnitude)
+    ordered: Array = np.where(raw < 0, -magnitude, magnitude)
+    return ordered
 
 
 def ulp_distance(actual: Array, expected: Array) -> Array:

@@ -3,7 +3,7 @@
 Inert unless the suite's own test module is collected: ``pytest --pyargs omnitensor_conformance
 --omnitensor-backend=NAME`` (``omnitensor conformance NAME``). Options:
 
-``--omnitensor-backend``  registry name or ``module:Backend`` (env ``OMNITENSOR_CONFORMANCE_BACKEND``)
+``--omnitensor-backend``  registry name or ``module:Backend`` (or $OMNITENSOR_CONFORMANCE_BACKEND)
 ``--omnitensor-mode``     ``test`` (default), ``grad``, ``perf``, ``support``
 ``--omnitensor-ops``      comma-separated op names or globs (``add,reduce_*,graph.*``)
 ``--omnitensor-case``     exact case ids (comma-separated) to run
@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,7 +156,8 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             state.xfails = _read_xfails(xfail_file)
         except OSError as exc:
-            raise pytest.UsageError(f"omnitensor conformance: cannot read {xfail_file}: {exc}")
+            raise pytest.UsageError(
+                f"omnitensor conformance: cannot read {xfail_file}: {exc}") from exc
     _check_op_filter(state)
     config.stash[_STATE] = state
 
@@ -265,9 +266,10 @@ def _listing(state: ConformanceState, cases: list[Case]) -> list[str]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     """Record each case's outcome in the matrix (pass, fail, unsupported, xfail)."""
-    report = yield
+    report: pytest.TestReport = yield
     state = get_state(item.config)
     case = _case_of(item)
     if state is None or case is None:
@@ -305,7 +307,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 state.matrix.stale_xfails[case_id] = f"matches no case ({where})"
     if state.report_dir:
         state.matrix.write(state.report_dir)
-    if (state.mode == "support" or state.list_ops) and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+    listing = state.mode == "support" or state.list_ops
+    if listing and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK
     if state.nothing_to_run and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED

@@ -1,5 +1,7 @@
-"""The coverage matrix (op × dtype: pass / fail / unsupported / xfail), its JSON and Markdown
-forms, and the one-line summary printed at the end of a session."""
+"""The coverage matrix (op × dtype: pass / fail / unsupported / xfail) and its renderings.
+
+JSON and Markdown forms, and the one-line summary printed at the end of a session.
+"""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ class Matrix:
         self.outcomes[case_id] = (op, dtype, status)
 
     def cells(self) -> dict[str, dict[str, str]]:
-        """op -> dtype -> cell status."""
+        """Op -> dtype -> cell status."""
         grouped: dict[str, dict[str, list[str]]] = {}
         for op, dtype, status in self.outcomes.values():
             grouped.setdefault(op, {}).setdefault(dtype, []).append(status)

@@ -78,7 +78,8 @@ def reproducer(case: Case, fn: Function, seed: int, backend: str) -> str:
     text = "\n".join(f"    {line}" for line in function_text(fn).splitlines())
     return (
         f"  case:   {case.id} (source {case.source!r})\n"
-        f"  seed:   {seed}  (inputs: omnitensor_conformance.find_case({case.id!r}).inputs({seed}))\n"
+        f"  seed:   {seed}  (inputs: "
+        f"omnitensor_conformance.find_case({case.id!r}).inputs({seed}))\n"
         f"  rerun:  {rerun_command(case, backend)}\n"
         f"  PTIR:\n{text}"
     )
@@ -93,7 +94,8 @@ def first_unsupported(backend: Backend, fn: Function) -> str | None:
     return None
 
 
-def reference_outputs(fn: Function, inputs: Sequence[Array]) -> tuple[list[Array], list[Array | None]]:
+def reference_outputs(fn: Function,
+                      inputs: Sequence[Array]) -> tuple[list[Array], list[Array | None]]:
     """The oracle's outputs of `fn`, and per output the mask of unspecified elements (or None).
 
     An output is masked where the op that produced it declares ``unspecified`` elements for the
@@ -123,8 +125,11 @@ def reference_outputs(fn: Function, inputs: Sequence[Array]) -> tuple[list[Array
 
 
 def check_kind(case: Case, fn: Function) -> str:
-    """The comparison for `case`: its own, or (``auto``) per element for a single op without
-    accumulation and NMSE otherwise."""
+    """The comparison for `case`.
+
+    Its own when set; for ``auto``, per element for a single op without accumulation and NMSE
+    otherwise.
+    """
     if case.check != "auto":
         return case.check
     computing = [inst for inst in fn.body if not get_op(inst.op).has(Trait.MOVEMENT)]
@@ -166,7 +171,8 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
         return Outcome("fail", f"{case.id}: the backend declares this case supported but raised "
                                f"UnsupportedError: {exc}\n{repro}")
     except Exception as exc:  # noqa: BLE001 (any backend error is this case's failure)
-        return Outcome("fail", f"{case.id}: the backend raised {type(exc).__name__}: {exc}\n{repro}")
+        return Outcome("fail",
+                       f"{case.id}: the backend raised {type(exc).__name__}: {exc}\n{repro}")
     if len(actual) != len(expected):
         return Outcome("fail", f"{case.id}: the backend returned {len(actual)} outputs "
                                f"(expected {len(expected)})\n{repro}")
@@ -175,8 +181,8 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
     factors = loosened or {}
     tolerances, problems = [], []
     for i, (got, want, mask) in enumerate(zip(actual, expected, masks, strict=True)):
-        dtype = fn.outputs[i].type.dtype if isinstance(fn.outputs[i].type, TensorType) else None
-        name = dtype.name if dtype is not None else "uint8"
+        out_type = fn.outputs[i].type
+        name = out_type.dtype.name if isinstance(out_type, TensorType) else "uint8"
         tol = tolerance_for(name, kind, ulp=budget, loosen=factors.get(name, 1.0))
         tolerances.append(tol)
         mismatch: Mismatch | None = compare(got, np.asarray(want), tol, mask)

@@ -1,9 +1,12 @@
-"""The suite itself: collected by ``pytest --pyargs omnitensor_conformance``; the plugin
-parametrizes these functions with the session's cases (see `plugin`)."""
+"""The suite itself, collected by ``pytest --pyargs omnitensor_conformance``.
+
+The plugin parametrizes these functions with the session's cases (see `plugin`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -11,10 +14,14 @@ from omnitensor_conformance.case import Case
 from omnitensor_conformance.generate import missing_ops
 from omnitensor_conformance.plugin import get_state
 
+_F = TypeVar("_F", bound=Callable[..., None])
 
-def _modes(*modes: str) -> Any:
-    def mark(fn: Any) -> Any:
-        fn.conformance_modes = modes
+
+def _modes(*modes: str) -> Callable[[_F], _F]:
+    """Say in which modes the plugin parametrizes a test function with cases."""
+
+    def mark(fn: _F) -> _F:
+        fn.conformance_modes = modes  # type: ignore[attr-defined]
         return fn
 
     return mark

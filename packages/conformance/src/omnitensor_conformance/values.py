@@ -45,7 +45,7 @@ def _finfo(dtype: DType) -> Any:
     # ml_dtypes.finfo knows bfloat16 and defers to numpy for the standard types.
     import ml_dtypes
 
-    return ml_dtypes.finfo(dtype.np)
+    return ml_dtypes.finfo(dtype.np)  # type: ignore[no-untyped-call]
 
 
 def _finfo_max(dtype: DType) -> Any:
@@ -137,8 +137,10 @@ def _bytes(rng: np.random.Generator, type: Any) -> Array:
 
 
 def edge_grid(position: int, sizes: tuple[int, ...]) -> FillFn:
-    """A fill for operand `position` whose edge pools have `sizes`: together the operands cover
-    every combination of edge values (NaN with inf, -0.0 with 0.0, INT_MIN with -1 ...).
+    """A fill for operand `position` of an op whose operands' edge pools have `sizes`.
+
+    Together the operands cover every combination of edge values (NaN with inf, -0.0 with
+    0.0, INT_MIN with -1 ...).
 
     The shape must be ``(prod(sizes),)``.
     """

@@ -19,7 +19,8 @@ def _differentiable() -> list[str]:
 
 def test_every_differentiable_op_has_a_rule() -> None:
     missing = [name for name in _differentiable() if name not in registered()]
-    assert not missing, f"ops without a gradient rule (add one or mark NON_DIFFERENTIABLE): {missing}"
+    assert not missing, (
+        f"ops without a gradient rule (add one or mark NON_DIFFERENTIABLE): {missing}")
 
 
 def test_every_differentiable_op_has_a_gradcheck_sample() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -195,7 +196,7 @@ def _one_tensor(ne: list[int], type_id: int = 0, offset: int = 0, data: int = 12
     return head + b"\0" * data
 
 
-MALFORMED = {
+MALFORMED: dict[str, Callable[[bytes], bytes]] = {
     "wrong magic": lambda v: b"GGUX" + v[4:],
     "empty": lambda v: b"",
     "big endian": lambda v: b"GGUF" + struct.pack(">I", 3) + v[8:],

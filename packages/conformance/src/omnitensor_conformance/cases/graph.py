@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from omnitensor.dtypes import DType, float16, float32, float64, bfloat16
+from omnitensor.dtypes import DType, bfloat16, float16, float32, float64
 from omnitensor.ir.builder import Builder
 from omnitensor.ir.opdef import all_ops
 from omnitensor.ir.types import TensorType, Value
@@ -19,6 +19,11 @@ from ..case import Arg, Case, register_case_source
 _DTYPES = (float32, float16, bfloat16, float64)
 _NEEDED = ("broadcast_in_dim", "reduce_max", "reduce_sum", "sub", "exp", "div", "mul", "add",
            "tanh", "rsqrt", "dot_general", "constant")
+
+
+def _tt(x: Value) -> TensorType:
+    assert isinstance(x.type, TensorType)  # graphs are built from dense inputs only
+    return x.type
 
 
 def _scalar(b: Builder, value: float, dtype: DType, shape: tuple[int, ...]) -> Value:
@@ -32,8 +37,8 @@ def _keep(b: Builder, x: Value, shape: tuple[int, ...]) -> Value:
 
 
 def softmax(b: Builder, x: Value) -> Value:
-    """softmax over the last axis: exp(x - max) / sum(exp(x - max))."""
-    shape = x.type.shape
+    """Softmax over the last axis: exp(x - max) / sum(exp(x - max))."""
+    shape = _tt(x).shape
     last = (len(shape) - 1,)
     shifted = b.emit("sub", x, _keep(b, b.emit("reduce_max", x, axes=last), shape))
     e = b.emit("exp", shifted)
@@ -42,8 +47,8 @@ def softmax(b: Builder, x: Value) -> Value:
 
 def layer_norm(b: Builder, x: Value, gamma: Value, beta: Value) -> Value:
     """(x - mean) * rsqrt(var + 1e-5) * gamma + beta over the last axis."""
-    shape = x.type.shape
-    dtype = x.type.dtype
+    shape = _tt(x).shape
+    dtype = _tt(x).dtype
     last = (len(shape) - 1,)
     inv_n = _scalar(b, 1.0 / shape[-1], dtype, shape[:-1])
     mean = b.emit("mul", b.emit("reduce_sum", x, axes=last), inv_n)
@@ -58,7 +63,7 @@ def layer_norm(b: Builder, x: Value, gamma: Value, beta: Value) -> Value:
 
 def gelu_tanh(b: Builder, x: Value) -> Value:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    shape, dtype = x.type.shape, x.type.dtype
+    shape, dtype = _tt(x).shape, _tt(x).dtype
     cube = b.emit("mul", b.emit("mul", x, x), x)
     inner = b.emit("add", x, b.emit("mul", cube, _scalar(b, 0.044715, dtype, shape)))
     t = b.emit("tanh", b.emit("mul", inner, _scalar(b, math.sqrt(2 / math.pi), dtype, shape)))
@@ -70,7 +75,7 @@ def attention(b: Builder, q: Value, k: Value, v: Value) -> Value:
     """softmax(q k^T / sqrt(d)) v with batch dims (B, H): q (B,H,T,D), k/v (B,H,S,D)."""
     batch_dims = ((0, 1), (0, 1))
     scores = b.emit("dot_general", q, k, contracting=((3,), (3,)), batch=batch_dims)  # (B,H,T,S)
-    scale = _scalar(b, 1.0 / math.sqrt(q.type.shape[-1]), q.type.dtype, scores.type.shape)
+    scale = _scalar(b, 1.0 / math.sqrt(_tt(q).shape[-1]), _tt(q).dtype, _tt(scores).shape)
     probs = softmax(b, b.emit("mul", scores, scale))
     return b.emit("dot_general", probs, v, contracting=((3,), (2,)), batch=batch_dims)  # (B,H,T,D)
 
@@ -84,7 +89,8 @@ def graph_cases() -> Iterator[Case]:
         def t(*shape: int, dtype: DType = dtype) -> TensorType:
             return TensorType(shape, dtype)
 
-        def case(name: str, sample: str, args: tuple[Arg, ...], build: object) -> Case:
+        def case(name: str, sample: str, args: tuple[Arg, ...], build: object,
+                 dtype: DType = dtype) -> Case:
             return Case(f"graph.{name}", dtype.name, sample, args, build,  # type: ignore[arg-type]
                         source="graph", check="nmse")
 

@@ -1,5 +1,7 @@
-"""Op-specific samples of the indexing family: gather, scatter_add, dynamic_slice,
-dynamic_update_slice (clamped indices included), and the multi-result sort and top_k."""
+"""Op-specific samples of the indexing family, clamped indices included.
+
+gather, scatter_add, dynamic_slice, dynamic_update_slice, and the multi-result sort and top_k.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Op-specific samples of the movement family: reshape, broadcast_in_dim, transpose, slice,
-concatenate, pad, reverse (exact: no arithmetic happens)."""
+"""Op-specific samples of the movement family (compared exactly: no arithmetic happens).
+
+reshape, broadcast_in_dim, transpose, slice, concatenate, pad, reverse.
+"""
 
 from __future__ import annotations
 

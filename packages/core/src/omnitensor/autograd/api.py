@@ -74,8 +74,10 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *,
 
 def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *,
          has_aux: bool = False) -> Callable[..., Any]:
-    """A function returning the gradient of `fn` w.r.t. ``args[argnums]`` (see
-    `value_and_grad`); with `has_aux` it returns ``(grads, aux)``."""
+    """A function returning the gradient of `fn` w.r.t. ``args[argnums]``.
+
+    See `value_and_grad`; with `has_aux` it returns ``(grads, aux)``.
+    """
     vg = value_and_grad(fn, argnums, has_aux=has_aux)
 
     @functools.wraps(fn)

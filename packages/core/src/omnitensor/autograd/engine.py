@@ -79,9 +79,11 @@ class Leaf(GradNode):
         self.tensor: weakref.ref[Tensor] = weakref.ref(tensor)
 
     def apply(self, grads: Grads, create_graph: bool) -> Sequence[Tensor | None]:
+        """Cotangents of the inputs from those of the results."""
         return ()
 
     def slot(self, value: Any) -> int:
+        """Which result of this node `value` is."""
         return 0
 
 
@@ -110,9 +112,12 @@ class OpNode(GradNode):
 
     @property
     def name(self) -> str:  # type: ignore[override]
+        """The op name."""
         return self.op
 
     def apply(self, grads: Grads, create_graph: bool) -> Sequence[Tensor | None]:
+        """Cotangents of the operands from the op's gradient rule."""
+        """Cotangents of the inputs from those of the results."""
         from ..tensor.tensor import Tensor
         from .vjp import get_vjp
 
@@ -136,7 +141,7 @@ class OpNode(GradNode):
                 f"{self.op}: gradient rule returned {len(result)} cotangents (expected "
                 f"{len(self.inputs)}, one per operand); fix the rule in autograd/vjp"
             )
-        return result
+        return tuple(result)
 
 
 def record_op(op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
@@ -226,12 +231,12 @@ def run_backward(roots: Sequence[Tensor], grad_roots: Sequence[Tensor], *,
                     results[id(node)] = (node, grads[0])
                 continue
             in_grads = node.apply(tuple(grads), create_graph)
-            for edge, g in zip(node.edges, in_grads, strict=True):
-                if edge is None or g is None:
+            for edge, cotangent in zip(node.edges, in_grads, strict=True):
+                if edge is None or cotangent is None:
                     continue
                 producer, index = edge
                 _accumulate(pending.setdefault(id(producer), [None] * producer.n_outputs),
-                            index, g)
+                            index, cotangent)
     return results
 
 

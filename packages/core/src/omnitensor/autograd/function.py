@@ -74,9 +74,12 @@ class FunctionNode(GradNode):
 
     @property
     def name(self) -> str:  # type: ignore[override]
+        """The function's class name."""
         return self.fn_name
 
     def slot(self, value: Any) -> int:
+        """Which result of this node `value` is."""
+        """Which result of this node `value` is."""
         # Results may come from different graph nodes: find the result by identity.
         for i, out in enumerate(self.ctx.outputs):
             if out._node is value._node and out._index == value._index:
@@ -85,6 +88,7 @@ class FunctionNode(GradNode):
 
     def apply(self, grads: tuple[Tensor | None, ...], create_graph: bool
               ) -> Sequence[Tensor | None]:
+        """Cotangents of the inputs from those of the results."""
         from ..tensor.creation import zeros_like
 
         # A user backward expects real tensors: results that got no cotangent get zeros.

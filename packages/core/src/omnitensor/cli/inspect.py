@@ -60,8 +60,8 @@ def _open(path: Path) -> tuple[str, WeightFile, dict[str, Any], Tokenizer | None
     if path.is_dir():
         hf = read_hf_dir(path)
         tok = Tokenizer.from_hf_dir(path) if hf.tokenizer_path else None
-        info = {"architecture": hf.architecture, "metadata": dict(hf.weights.metadata),
-                "config": hf.config}
+        info: dict[str, Any] = {"architecture": hf.architecture,
+                                "metadata": dict(hf.weights.metadata), "config": hf.config}
         return "huggingface", hf.weights, info, tok
     with open(path, "rb") as stream:
         magic = stream.read(4)
@@ -104,7 +104,7 @@ def describe(path: str | Path, *, stats: bool = False, err: TextIO | None = None
     """
     fmt, weights, info, tokenizer = _open(Path(path))
     names = list(weights.tensor_names)
-    tensors = []
+    tensors: list[dict[str, Any]] = []
     for name in names:
         t = weights.tensor_info(name)
         tensors.append({"name": name, "shape": list(t.shape), "type": t.type,

@@ -17,11 +17,14 @@ def op(op_name: str, *inputs: Tensor, **attrs: Any) -> Tensor:
 
 
 def lowest(dtype: DType) -> float:
-    """A large negative finite value of `dtype` (masked logits: exp underflows to exactly 0,
-    while a fully masked row stays finite)."""
+    """A large negative finite value of `dtype`, for masked logits.
+
+    exp() of it underflows to exactly 0, while a fully masked row stays finite (no NaN).
+    """
     import ml_dtypes
 
-    return float(ml_dtypes.finfo(dtype.np).min) * 0.5
+    info: Any = ml_dtypes.finfo(dtype.np)  # type: ignore[no-untyped-call]
+    return float(info.min) * 0.5
 
 
 def strided_slice(x: Tensor, start: Sequence[int], limit: Sequence[int],

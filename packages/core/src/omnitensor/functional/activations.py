@@ -27,7 +27,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
 
 @functional("log_softmax")
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """x - log(sum(exp(x))) along `axis`, computed stably."""
+    """X - log(sum(exp(x))) along `axis`, computed stably."""
     shifted = x - x.max(axis, keepdims=True).detach()
     return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
@@ -50,7 +50,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 
 @functional("silu")
 def silu(x: Tensor) -> Tensor:
-    """x * sigmoid(x) (a.k.a. swish)."""
+    """X * sigmoid(x) (a.k.a. swish)."""
     return x * x.sigmoid()
 
 

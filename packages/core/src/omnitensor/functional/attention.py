@@ -63,8 +63,10 @@ def rope_frequencies(head_dim: int, base: float = 10000.0,
 def rope_tables(positions: Tensor | int, head_dim: int, base: float = 10000.0,
                 scaling: Mapping[str, Any] | None = None, dtype: Any = float32
                 ) -> tuple[Tensor, Tensor]:
-    """``(cos, sin)`` of shape ``positions.shape + (head_dim // 2,)`` for integer `positions`
-    (a tensor, e.g. ``arange(T) + offset`` for a KV cache, or a length)."""
+    """RoPE tables ``(cos, sin)`` of shape ``positions.shape + (head_dim // 2,)``.
+
+    `positions` is an integer tensor (e.g. ``arange(T) + offset`` with a KV cache) or a length.
+    """
     if isinstance(positions, int):
         positions = arange(positions, dtype=int32)
     inv = Tensor._apply("constant", value=rope_frequencies(head_dim, base, scaling)

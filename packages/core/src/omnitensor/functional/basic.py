@@ -14,15 +14,18 @@ __all__ = ["dropout", "embedding", "linear"]
 
 @functional("linear")
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T + bias; `weight` is (out_features, in_features) as in PyTorch."""
+    """X @ weight.T + bias; `weight` is (out_features, in_features) as in PyTorch."""
     out = op("dot_general", x, weight, contracting=((x.ndim - 1,), (1,)))  # (..., out)
     return out + bias if bias is not None else out
 
 
 @functional("embedding")
 def embedding(indices: Tensor, weight: Tensor) -> Tensor:
-    """Rows of `weight` (num_embeddings, dim) at integer `indices`; shape ``indices.shape +
-    (dim,)``. Out-of-range indices are clamped (the `gather` op's rule)."""
+    """Rows of `weight` (num_embeddings, dim) at integer `indices`.
+
+    The result has shape ``indices.shape + (dim,)``. Out-of-range indices are clamped (the
+    `gather` op's rule).
+    """
     if not indices.dtype.is_integer:
         raise DTypeError(f"embedding: indices must be integers (got {indices.dtype})",
                          op="embedding")

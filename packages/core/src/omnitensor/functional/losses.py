@@ -29,9 +29,10 @@ def cross_entropy(input: Tensor, target: Tensor, *, axis: int = -1, ignore_index
     """Softmax cross-entropy of logits `input` against class indices or probabilities.
 
     Args:
-        input: logits with classes along `axis` (default last: (..., C)).
+        input: logits with classes along `axis`.
         target: integer classes of shape ``input.shape`` without `axis`, or float
             probabilities of the same shape as `input`.
+        axis: the class axis (default last: (..., C)).
         ignore_index: integer targets equal to it contribute nothing (and are not counted).
         reduction: ``mean`` (over counted elements), ``sum`` or ``none``.
         label_smoothing: mixes the target with the uniform distribution.

@@ -38,7 +38,7 @@ def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor 
 @functional("rms_norm")
 def rms_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
              eps: float = 1e-6) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape`."""
+    """X / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape`."""
     axes = _axes("rms_norm", x, normalized_shape)
     out = x * Tensor._apply("rsqrt", (x * x).mean(axes, keepdims=True) + eps)
     return out * weight if weight is not None else out

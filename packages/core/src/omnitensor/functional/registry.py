@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from ..errors import OmnitensorError
@@ -51,8 +52,9 @@ class Alternative:
     doc: str = ""
 
 
+_NO_OVERRIDES: Mapping[str, str] = MappingProxyType({})
 _scoped: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "omnitensor_functional_overrides", default={}
+    "omnitensor_functional_overrides", default=_NO_OVERRIDES
 )
 
 

@@ -12,6 +12,7 @@ Name mapping and the rotary q/k row order live in `io.names`; tokenizers in `io.
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import math
 import os
@@ -19,7 +20,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, final
+from typing import IO, Any, Final, Literal, final, overload
 
 import ml_dtypes
 import numpy as np
@@ -241,6 +242,12 @@ class GGUFFile:
     def __len__(self) -> int:
         return len(self._tensors)
 
+    @overload
+    def load(self, name: str, *, dequantize: Literal[True]) -> Array: ...
+
+    @overload
+    def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray: ...
+
     def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray:
         """Copy tensor `name` into memory.
 
@@ -277,17 +284,18 @@ class GGUFFile:
                     progress(info.name, info.nbytes)
         return {name: out[name] for name in self._tensors}
 
-    def _load(self, stream: IO[bytes], info: TensorInfo, *,
+    def _load(self, stream: io.BufferedReader, info: TensorInfo, *,
               dequantize: bool) -> Array | QuantizedArray:
         stream.seek(info.offset)
         raw = np.empty(info.nbytes, dtype=np.uint8)
-        got = stream.readinto(memoryview(raw))  # type: ignore[attr-defined]
+        got = stream.readinto(raw.data)
         if got != info.nbytes:
             raise FormatError(
                 f"{self._path}: tensor {info.name!r} is truncated (got {got} of {info.nbytes} "
                 f"bytes at offset {info.offset})", path=str(self._path), offset=info.offset)
         if info.type in _DENSE_NUMPY:
-            return raw.view(_DENSE_NUMPY[info.type]).reshape(info.shape)
+            dense: Array = raw.view(_DENSE_NUMPY[info.type]).reshape(info.shape)
+            return dense
         *lead, last = info.shape or (1,)
         if info.type in QUANT_FORMATS:
             fmt = QUANT_FORMATS[info.type]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, cast, final
 
 import numpy as np
 
@@ -50,8 +50,8 @@ _LAYER = r"(?P<i>\d+)"
 _WB = r"(?P<p>weight|bias)"
 
 _GPT2: Final = _rules(r"transformer\.", [
-    (rf"wte\.weight", "token_embd.weight"),
-    (rf"wpe\.weight", "position_embd.weight"),
+    (r"wte\.weight", "token_embd.weight"),
+    (r"wpe\.weight", "position_embd.weight"),
     (rf"h\.{_LAYER}\.ln_1\.{_WB}", "blk.{i}.attn_norm.{p}"),
     (rf"h\.{_LAYER}\.attn\.c_attn\.{_WB}", "blk.{i}.attn_qkv.{p}"),
     (rf"h\.{_LAYER}\.attn\.c_proj\.{_WB}", "blk.{i}.attn_output.{p}"),
@@ -193,6 +193,9 @@ def unpermute_qk(w: Array, n_head: int) -> Array:
     return w.reshape(n_head, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+_W = TypeVar("_W", Array, QuantizedArray)
+
+
 def _permute_any(value: Array | QuantizedArray, n_head: int, *,
                  inverse: bool) -> Array | QuantizedArray:
     fn = unpermute_qk if inverse else permute_qk
@@ -207,19 +210,17 @@ def _qk_heads(name: str, hparams: HParams) -> int:
     return hparams.head_count if ".attn_q." in name else hparams.head_count_kv
 
 
-def from_gguf_tensor(arch: str, name: str, value: Array | QuantizedArray,
-                     hparams: HParams) -> Array | QuantizedArray:
+def from_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams) -> _W:
     """A tensor as stored in a GGUF file -> omnitensor's layout (undo llama's q/k permutation)."""
     if arch == "llama" and _ROTARY_QK.fullmatch(name):
-        return _permute_any(value, _qk_heads(name, hparams), inverse=True)
+        return cast(_W, _permute_any(value, _qk_heads(name, hparams), inverse=True))
     return value
 
 
-def to_gguf_tensor(arch: str, name: str, value: Array | QuantizedArray,
-                   hparams: HParams) -> Array | QuantizedArray:
-    """omnitensor's layout -> as llama.cpp's converter stores it (redo llama's q/k permutation)."""
+def to_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams) -> _W:
+    """Omnitensor's layout -> as llama.cpp's converter stores it (redo llama's q/k permutation)."""
     if arch == "llama" and _ROTARY_QK.fullmatch(name):
-        return _permute_any(value, _qk_heads(name, hparams), inverse=False)
+        return cast(_W, _permute_any(value, _qk_heads(name, hparams), inverse=False))
     return value
 
 

@@ -8,19 +8,20 @@ from a file. Name mapping to omnitensor's (GGUF-style) names lives in `io.names`
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, Final, final
+from typing import Any, Final, final
 
 import ml_dtypes
 import numpy as np
 
 from ..errors import FormatError
-from .weights import Array, QuantizedArray, TensorInfo, missing_tensor
+from .weights import Array, TensorInfo, missing_tensor
 
 __all__ = [
     "HFDirectory",
@@ -102,7 +103,7 @@ class SafetensorsFile:
     def __len__(self) -> int:
         return len(self._tensors)
 
-    def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray:
+    def load(self, name: str, *, dequantize: bool = False) -> Array:
         """Copy tensor `name` into memory as a numpy array (bfloat16 as ``ml_dtypes.bfloat16``).
 
         Args:
@@ -127,15 +128,16 @@ class SafetensorsFile:
         return f"SafetensorsFile({str(self._path)!r}, tensors={len(self._tensors)})"
 
 
-def _read_tensor(stream: IO[bytes], info: TensorInfo) -> Array:
+def _read_tensor(stream: io.BufferedReader, info: TensorInfo) -> Array:
     stream.seek(info.offset)
     raw = np.empty(info.nbytes, dtype=np.uint8)
-    got = stream.readinto(memoryview(raw))  # type: ignore[attr-defined]
+    got = stream.readinto(raw.data)
     if got != info.nbytes:
         raise _error(info.file, f"tensor {info.name!r} is truncated (got {got} of "
                      f"{info.nbytes} bytes)", info.offset)
     dtype = next(np_dtype for name, np_dtype in _DTYPES.values() if name == info.type)
-    return raw.view(dtype).reshape(info.shape)
+    out: Array = raw.view(dtype).reshape(info.shape)
+    return out
 
 
 def read_safetensors(path: str | os.PathLike[str]) -> SafetensorsFile:
@@ -290,7 +292,7 @@ class ShardedWeights:
             raise missing_tensor(self._path, name, self.tensor_names)
         return self._owner[name].tensor_info(name)
 
-    def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray:
+    def load(self, name: str, *, dequantize: bool = False) -> Array:
         """Copy tensor `name` from its shard into memory."""
         self.tensor_info(name)
         return self._owner[name].load(name)

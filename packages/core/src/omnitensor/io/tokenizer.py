@@ -29,8 +29,9 @@ _LLAMA3_SPLIT: Final = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
                         r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_SPLIT: Final = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                        r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_PRE_SPLITS: Final = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT,
-                      "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT}
+_PRE_SPLITS: Final = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
+                      "smaug-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT,
+                      "deepseek-r1-qwen": _QWEN2_SPLIT}
 _SPIECE: Final = "\u2581"  # SentencePiece's visible space
 
 
@@ -175,7 +176,7 @@ class Tokenizer:
             token = config.get(name)
             if isinstance(token, dict):
                 token = token.get("content")
-            found = backend.token_to_id(token) if isinstance(token, str) else None
+            found: Any = backend.token_to_id(token) if isinstance(token, str) else None
             if found is None:
                 value = model_config.get(f"{name}_id")
                 found = value[0] if isinstance(value, list) and value else value

@@ -1,4 +1,4 @@
-"""What every weight-file reader returns: `TensorInfo`, `QuantizedArray` and the `WeightFile` protocol.
+"""What every weight-file reader returns: `TensorInfo`, `QuantizedArray`, the `WeightFile` protocol.
 
 The format readers (`io.gguf`, `io.safetensors`) implement `WeightFile`; the model layer consumes it
 without knowing which format a tensor came from. No parsing lives here.

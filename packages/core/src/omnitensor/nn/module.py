@@ -200,13 +200,16 @@ class Module:
     backward: Any = None  # a subclass may define backward(self, ctx, *grads)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """See the base class."""
         if type(self).backward is None:
             return self.forward(*args, **kwargs)
         return self._call_custom(args, kwargs)
 
     def _call_custom(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """One autograd node for the whole forward; ``backward(ctx, *grads)`` returns
-        ``(input_grads, {param_name: grad})``."""
+        """One autograd node for the whole forward.
+
+        The subclass's ``backward(ctx, *grads)`` returns ``(input_grads, {param_name: grad})``.
+        """
         from ..autograd.function import apply_custom
 
         named = list(self.named_parameters())

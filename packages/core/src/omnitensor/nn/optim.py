@@ -181,7 +181,8 @@ class AdamW(Optimizer):
         step_size = _scalar(lr / (1.0 - b1**t), p)
         inv_corr = _scalar(1.0 / math.sqrt(1.0 - b2**t), p)
         decayed = p * _scalar(1.0 - lr * group["weight_decay"], p)
-        return decayed - step_size * m / (v.sqrt() * inv_corr + group["eps"])
+        new: Tensor = decayed - step_size * m / (v.sqrt() * inv_corr + group["eps"])
+        return new
 
 
 def assign_state(state: dict[str, Any], name: str, value: Tensor) -> None:
@@ -204,13 +205,16 @@ def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
     with no_grad():
         total: Any = None
         for p in grads:
-            square = (p.grad.astype("float32") * p.grad.astype("float32")).sum()
-            total = square if total is None else total + square
-        norm = total.sqrt()
+            g32 = p.grad.astype("float32") if p.grad is not None else None
+            if g32 is not None:
+                square = (g32 * g32).sum()
+                total = square if total is None else total + square
+        norm: Tensor = total.sqrt()
         factor = (max_norm / (norm + 1e-6)).clip(hi=1.0)
         for p in grads:
-            p.grad = p.grad * factor.astype(p.grad.dtype)
-    return norm  # type: ignore[no-any-return]
+            if p.grad is not None:
+                p.grad = p.grad * factor.astype(p.grad.dtype)
+    return norm
 
 
 class CosineWithWarmup:

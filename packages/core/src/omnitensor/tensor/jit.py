@@ -99,9 +99,16 @@ class CompiledFunction(Generic[P, R]):
         arg_leaves: list[Tensor] = []
         spec = _flatten((args, kwargs), arg_leaves)
         realize_refs([t._ref() for t in arg_leaves])
+        owners: list[int] = []  # top-level argument position of each tensor leaf
+        for position, arg in enumerate(args):
+            count: list[Tensor] = []
+            _flatten(arg, count)
+            owners.extend([position] * len(count))
         for position in self.donate:
-            if position >= len(args) or not isinstance(args[position], Tensor):
-                raise OmnitensorError(f"compile: donate index {position} is not a tensor argument")
+            if position >= len(args):
+                raise OmnitensorError(f"compile: donate index {position} is not an argument "
+                                      f"(the function got {len(args)})")
+        donated_leaves = frozenset(i for i, p in enumerate(owners) if p in self.donate)
         backend = pick_backend([t._ref() for t in arg_leaves]) if arg_leaves else None
         signature = (spec_key(spec), tuple((t.shape, t.dtype) for t in arg_leaves),
                      id(backend))
@@ -109,13 +116,13 @@ class CompiledFunction(Generic[P, R]):
         if trace is None:
             trace = self._trace(args, kwargs, arg_leaves, backend, signature)
             self._cache[signature] = trace
-        return self._run(trace, args, arg_leaves)
+        return self._run(trace, arg_leaves, donated_leaves)
 
     def _trace(self, args: Any, kwargs: Any, arg_leaves: list[Tensor], backend: Backend | None,
                signature: Any) -> _Trace:
         self.traces += 1
-        if self.traces > 1:
-            log.warning("compile: retracing %s for a new signature %s",
+        if self.traces > 1:  # expected once per shape bucket; INFO keeps decode loops quiet
+            log.info("compile: retracing %s for a new signature %s",
                         getattr(self.fn, "__name__", "function"), signature[1])
         placeholders = []
         for i, t in enumerate(arg_leaves):
@@ -169,13 +176,11 @@ class CompiledFunction(Generic[P, R]):
         realize_refs(refs)
         return refs, leaf_buffers(refs, trace.backend)
 
-    def _run(self, trace: _Trace, args: Any, arg_leaves: list[Tensor]) -> Any:
+    def _run(self, trace: _Trace, arg_leaves: list[Tensor], donated_leaves: frozenset[int]
+             ) -> Any:
         refs, buffers = self._inputs(trace, arg_leaves)
-        donated = frozenset(
-            pos for pos, (node, _) in enumerate(trace.leaves)
-            if node.placeholder is not None and _arg_position(args, arg_leaves[node.placeholder])
-            in self.donate
-        )
+        donated = frozenset(pos for pos, (node, _) in enumerate(trace.leaves)
+                            if node.placeholder is not None and node.placeholder in donated_leaves)
         outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=donated)
         stats.cache_hits += 1
         for pos in donated:
@@ -192,13 +197,6 @@ class CompiledFunction(Generic[P, R]):
 
 
 
-
-
-def _arg_position(args: Any, tensor: Tensor) -> int:
-    for i, a in enumerate(args):
-        if a is tensor:
-            return i
-    return -1
 
 
 def spec_key(spec: Any) -> Any:
@@ -218,8 +216,8 @@ def compile(fn: Callable[P, R] | None = None, *, donate: Sequence[int] = ()) -> 
 
     Args:
         fn: a function of tensors (and hashable static values) returning a pytree of tensors.
-        donate: positions of tensor arguments whose buffers the call may overwrite; using such
-            a tensor after the call raises.
+        donate: positions of arguments whose tensors (nested ones included) the call may
+            overwrite; using such a tensor after the call raises.
 
     Returns:
         A `CompiledFunction` (or a decorator when `fn` is omitted).

@@ -53,6 +53,17 @@ class Tensor(TensorMath, TensorIndexing):
         self._grad_fn: Any = None  # autograd node when this value requires grad
         self.grad: Tensor | None = None
 
+    def assign(self, value: Tensor) -> Tensor:
+        """Rebind this handle to `value`'s value (same shape and dtype); returns self.
+
+        Other handles to the old value keep it. Inside `omnitensor.compile` the rebinding
+        becomes an output of the compiled program and is replayed on every call.
+        """
+        if value.type != self.type:
+            raise ShapeError(f"assign: type {value.type} does not match {self.type}")
+        self._node, self._index = value._node, value._index
+        return self
+
     def mark_parameter(self, name: str) -> Tensor:
         """Declare this handle a model parameter named `name` (returns self).
 

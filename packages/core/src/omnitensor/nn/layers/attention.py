@@ -81,7 +81,7 @@ class MultiHeadAttention(Module):
 
     def forward(self, x: Tensor, *, attn_mask: Tensor | None = None, cache: KVCache | None = None,
                 pos: Tensor | int | None = None) -> Tensor:
-        """x (B, T, dim) -> (B, T, dim); with `cache`, x holds T new tokens at position `pos`."""
+        """X (B, T, dim) -> (B, T, dim); with `cache`, x holds T new tokens at position `pos`."""
         b, t, _ = x.shape
         q = self.q(x).reshape(b, t, self.n_heads, self.head_dim).transpose(0, 2, 1, 3)
         k = self.k(x).reshape(b, t, self.n_kv_heads, self.head_dim).transpose(0, 2, 1, 3)
@@ -111,7 +111,9 @@ class MultiHeadAttention(Module):
             q, k, v, attn_mask, dropout_p, self.causal,
             q_positions=positions if (self.causal and cache is not None) else None,
             kv_length=kv_length, dropout_key=dropout_key)  # (B, H, T, hd)
-        return self.o(out.transpose(0, 2, 1, 3).reshape(b, t, self.n_heads * self.head_dim))
+        merged = out.transpose(0, 2, 1, 3).reshape(b, t, self.n_heads * self.head_dim)
+        result: Tensor = self.o(merged)
+        return result
 
     def make_cache(self, batch: int, capacity: int, dtype: Any = None) -> KVCache:
         """A KV cache of `capacity` positions for this layer."""
@@ -154,6 +156,7 @@ class TransformerBlock(Module):
 
     def forward(self, x: Tensor, *, attn_mask: Tensor | None = None, cache: KVCache | None = None,
                 pos: Tensor | int | None = None) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         h = self.attn(self.norm1(x), attn_mask=attn_mask, cache=cache, pos=pos)
         if self.dropout is not None:
             h = self.dropout(h)
@@ -161,4 +164,5 @@ class TransformerBlock(Module):
         h = self.mlp(self.norm2(x))
         if self.dropout is not None:
             h = self.dropout(h)
-        return x + h
+        result: Tensor = x + h
+        return result

@@ -44,9 +44,11 @@ class Linear(Module):
         self.bias = Parameter(uniform((out_features,), bound, dtype)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> dict[str, Any]:
+        """Constructor settings shown by `repr`."""
         return {"in_features": self.in_features, "out_features": self.out_features,
                 "bias": self.bias is not None}
 
@@ -60,9 +62,11 @@ class Embedding(Module):
         self.weight = Parameter(randn(num_embeddings, embedding_dim, dtype=dtype))
 
     def forward(self, indices: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.embedding(indices, self.weight)
 
     def extra_repr(self) -> dict[str, Any]:
+        """Constructor settings shown by `repr`."""
         return {"num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
 
 
@@ -81,6 +85,7 @@ class Dropout(Module):
         self.register_buffer("key", make_key(seed))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         if not self.training or self.p == 0.0:
             return x
         state: Tensor = self._buffers["key"]
@@ -91,6 +96,7 @@ class Dropout(Module):
         return F.dropout(x, self.p, key=use, training=True)
 
     def extra_repr(self) -> dict[str, Any]:
+        """Constructor settings shown by `repr`."""
         return {"p": self.p}
 
 
@@ -111,9 +117,11 @@ class LayerNorm(Module):
             elementwise_affine and bias) else None
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> dict[str, Any]:
+        """Constructor settings shown by `repr`."""
         return {"normalized_shape": self.normalized_shape, "eps": self.eps}
 
 
@@ -127,7 +135,9 @@ class RMSNorm(Module):
         self.weight = Parameter(ones(self.normalized_shape, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> dict[str, Any]:
+        """Constructor settings shown by `repr`."""
         return {"normalized_shape": self.normalized_shape, "eps": self.eps}

@@ -34,6 +34,7 @@ class Conv2d(Module):
         self.bias = Parameter(uniform((out_channels,), bound, dtype)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
 
@@ -47,6 +48,7 @@ class MaxPool2d(Module):
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
 
 
@@ -59,4 +61,5 @@ class AvgPool2d(Module):
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the layer (see the class docstring)."""
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)

@@ -42,9 +42,12 @@ class MLP(Module):
         self.fc2 = Linear(hidden, out_dim or dim, bias, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        """Apply the layer (see the class docstring)."""
+        result: Tensor = self.fc2(self.act(self.fc1(x)))
+        return result
 
     def extra_repr(self) -> dict[str, Any]:
+        """Constructor settings shown by `repr`."""
         return {"activation": self.act_name}
 
 
@@ -58,4 +61,6 @@ class SwiGLU(Module):
         self.down = Linear(hidden, dim, bias, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        """Apply the layer (see the class docstring)."""
+        result: Tensor = self.down(F.silu(self.gate(x)) * self.up(x))
+        return result

@@ -1,0 +1,106 @@
+"""A checkpoint: architecture, hyper-parameters, weights in omnitensor's layout, tokenizer.
+
+Turns a GGUF file or a Hugging Face directory into canonical names (llama.cpp's) and layout
+(`io.names`), copying weights into memory. The builder consumes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError
+from ..io.weights import Array, QuantizedArray
+
+__all__ = ["Checkpoint", "from_gguf", "from_hf_dir", "open_checkpoint"]
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Checkpoint:
+    """Everything a model needs from its files.
+
+    Attributes:
+        arch: llama.cpp architecture name (``llama``, ``qwen2``, ``gpt2``, ``bert``).
+        hparams: hyper-parameters by GGUF-style name (see `io.names.HParams`).
+        weights: canonical name -> array (or quantized blocks), in omnitensor's layout.
+        tokenizer: the model's tokenizer, or None.
+        path: where it came from.
+        runtime: runtime settings from the files (functional overrides ...).
+    """
+
+    arch: str
+    hparams: dict[str, Any]
+    weights: dict[str, Array | QuantizedArray]
+    tokenizer: Any = None
+    path: Path | None = None
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
+    """Read a GGUF file as llama.cpp writes it (names, metadata, tokenizer, q/k row order)."""
+    from ..io.gguf import read_gguf
+    from ..io.names import from_gguf_tensor, hparams_from_gguf
+    from ..io.tokenizer import Tokenizer
+
+    file = read_gguf(path)
+    hp = hparams_from_gguf(file.metadata, file.tensor_names)
+    weights: dict[str, Array | QuantizedArray] = {}
+    names = file.tensor_names
+    for i, name in enumerate(names):
+        weights[name] = from_gguf_tensor(hp.arch, name, file.load(name), hp)
+        if progress is not None:
+            progress(name, i + 1, len(names))
+    tokenizer = None
+    if any(key.startswith("tokenizer.ggml.") for key in file.metadata):
+        tokenizer = Tokenizer.from_gguf_metadata(file.metadata)
+    return Checkpoint(hp.arch, dataclasses.asdict(hp), weights, tokenizer, Path(path))
+
+
+def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoint:
+    """Read a Hugging Face directory (config.json, safetensors, tokenizer.json)."""
+    from ..io.names import from_hf_tensor, hf_name_map, hparams_from_hf_config
+    from ..io.safetensors import read_hf_dir
+    from ..io.tokenizer import Tokenizer
+
+    directory = read_hf_dir(path)
+    hp = hparams_from_hf_config(directory.config)
+    mapping = hf_name_map(hp.arch, directory.weights.tensor_names)
+    weights: dict[str, Array | QuantizedArray] = {}
+    for i, (name, hf_name) in enumerate(mapping.items()):
+        value = directory.weights.load(hf_name)
+        assert not isinstance(value, QuantizedArray)
+        weights[name] = from_hf_tensor(hp.arch, name, value)
+        if progress is not None:
+            progress(name, i + 1, len(mapping))
+    tokenizer = Tokenizer.from_hf_dir(path) if directory.tokenizer_path is not None else None
+    runtime = dict(directory.config.get("omnitensor_runtime", {}))
+    hparams = dataclasses.asdict(hp)
+    if directory.config.get("rope_scaling"):
+        hparams["rope_scaling"] = directory.config["rope_scaling"]
+    if directory.config.get("head_dim"):
+        hparams["head_dim"] = int(directory.config["head_dim"])
+    return Checkpoint(hp.arch, hparams, weights, tokenizer, Path(path), runtime)
+
+
+def open_checkpoint(path: str | Path, progress: Progress | None = None) -> Checkpoint:
+    """A GGUF file or a Hugging Face directory, detected from the path.
+
+    Raises:
+        FormatError: when the path is neither.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return from_hf_dir(p, progress)
+    if p.is_file():
+        with p.open("rb") as f:
+            magic = f.read(4)
+        if magic == b"GGUF":
+            return from_gguf(p, progress)
+        raise FormatError(f"{p}: not a GGUF file (magic {magic!r}) and not a model directory",
+                          path=str(p), offset=0)
+    raise FormatError(f"{p}: no such file or directory", path=str(p))

@@ -1,0 +1,184 @@
+"""`CompiledModel`: a spec's forward plan bound to uploaded weights on one backend.
+
+Causal LMs run through two compiled programs per shape bucket, prefill and decode, over a KV
+cache preallocated at a fixed capacity and updated with `dynamic_update_slice` (DESIGN §4):
+positions, lengths and the last-token index are tensor inputs, so 256 decode steps reuse one
+plan. Encoders run one program per (batch, padded length) bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..backend.contract import Backend
+from ..dtypes import float32, int32
+from ..errors import FormatError, ShapeError
+from ..functional import overrides
+from ..io.weights import QuantizedArray
+from ..tensor.creation import arange
+from ..tensor.graph import Node
+from ..tensor.interop import from_numpy
+from ..tensor.jit import compile as compile_fn
+from ..tensor.tensor import Tensor
+from .checkpoint import Checkpoint
+from .spec import ModelSpec
+from .steps import StepContext, run_steps
+
+__all__ = ["CompiledModel", "bucket"]
+
+Cache = list[list[Tensor]]
+
+
+def bucket(n: int) -> int:
+    """The power-of-two length bucket holding `n` tokens (prefill pads to it)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class CompiledModel:
+    """A model ready to run: spec, weights on a backend, tokenizer and compiled programs.
+
+    Attributes:
+        spec: the architecture.
+        hparams: the spec's defaults overridden by the checkpoint's hyper-parameters.
+        weights: parameters by canonical name, on `backend`.
+        tokenizer: the checkpoint's tokenizer (or None).
+        backend: where everything runs.
+    """
+
+    def __init__(self, spec: ModelSpec, checkpoint: Checkpoint, backend: Backend, *,
+                 quant_policy: str = "auto") -> None:
+        self.spec = spec
+        self.arch = checkpoint.arch
+        self.hparams: dict[str, Any] = {**spec.hparams, **checkpoint.hparams}
+        self.tokenizer = checkpoint.tokenizer
+        self.backend = backend
+        self.runtime: dict[str, Any] = {**spec.runtime, **checkpoint.runtime}
+        keep_quantized = quant_policy == "auto" and backend.capabilities().supports(
+            "qmatmul", float32)
+        self.weights = {name: self._upload(name, value, keep_quantized)
+                        for name, value in checkpoint.weights.items()}
+        if not self.hparams.get("vocab_size") and "token_embd.weight" in self.weights:
+            self.hparams["vocab_size"] = self.weights["token_embd.weight"].shape[0]
+        self._prefill = compile_fn(self._forward_cached, donate=(4,))
+        self._encode = compile_fn(self._forward_encoder)
+        self.check()
+
+    # --- loading -------------------------------------------------------------------------------
+
+    def _upload(self, name: str, value: Any, keep_quantized: bool) -> Tensor:
+        if isinstance(value, QuantizedArray):
+            if keep_quantized:
+                node = Node.from_buffer(self.backend.upload(value.blocks), value.type, self.backend)
+                return Tensor(node).mark_parameter(name)
+            value = value.dequantize()
+        array = np.asarray(value)
+        if array.dtype.kind == "f" and array.dtype != np.float32:
+            array = array.astype(np.float32)  # compute in float32; see the note in the README
+        tensor = from_numpy(array, copy=False).to(self.backend)
+        return tensor.mark_parameter(name)
+
+    def check(self) -> None:
+        """Record (not run) a one-token forward: missing weights and shape mismatches fail now.
+
+        Raises:
+            FormatError: a missing weight or hyper-parameter, naming the step.
+            ShapeError: a weight whose shape does not fit, naming the op and shapes.
+        """
+        tokens = Tensor._apply("constant", value=np.zeros((1, 1), np.int32))
+        try:
+            ctx = self._context(tokens, arange(1, dtype=int32).reshape(1, 1), arange(1,
+                                dtype=int32), None, None, None, None)
+            run_steps(ctx, self.spec.forward)
+        except (FormatError, ShapeError) as error:
+            raise type(error)(f"{self.spec.name} model from {self.runtime.get('source', '')}"
+                              f"{error}".strip(), path=getattr(error, "path", None)
+                              ) if isinstance(error, FormatError) else error
+        unused = set(self.weights) - ctx.uses
+        if unused - {"pooler.dense.weight", "pooler.dense.bias"}:
+            import logging
+
+            logging.getLogger(__name__).info("weights not used by the %s spec: %s",
+                                             self.spec.name, sorted(unused)[:8])
+
+    # --- forward -------------------------------------------------------------------------------
+
+    def _context(self, tokens: Tensor, positions: Tensor, slots: Tensor,
+                 key_mask: Tensor | None, cache: Cache | None, start: Tensor | None,
+                 last: Tensor | None) -> StepContext:
+        return StepContext(self.hparams, self.weights, {"tokens": tokens}, positions, slots,
+                           key_mask, cache, start, last, spec_source=self.spec.source)
+
+    def _run(self, ctx: StepContext) -> StepContext:
+        with overrides(dict(self.runtime.get("functional_overrides", {}))):
+            run_steps(ctx, self.spec.forward)
+        return ctx
+
+    def _forward_cached(self, tokens: Tensor, positions: Tensor, key_mask: Tensor,
+                        start: Tensor, cache: Cache, last: Tensor) -> tuple[Tensor, Cache]:
+        t = tokens.shape[1]
+        slots = arange(t, dtype=int32) + start
+        ctx = self._run(self._context(tokens, positions, slots, key_mask, cache, start, last))
+        return ctx.values["logits"], cache
+
+    def _forward_encoder(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        b, t = tokens.shape
+        positions = arange(t, dtype=int32).reshape(1, t).expand(b, t)
+        key_mask = mask.reshape(b, 1, 1, t)
+        ctx = self._run(self._context(tokens, positions, arange(t, dtype=int32), key_mask,
+                                      None, None, None))
+        return ctx.values[self.spec.forward[-1]["output"]]
+
+    # --- causal LM -----------------------------------------------------------------------------
+
+    @property
+    def context_length(self) -> int:
+        """Most positions the model was trained for."""
+        return int(self.hparams.get("context_length") or 2048)
+
+    def new_cache(self, batch: int, capacity: int) -> Cache:
+        """Zeroed K/V caches, (B, H_kv, capacity, head_dim) per layer, on the backend."""
+        heads, kv = int(self.hparams["head_count"]), int(self.hparams["head_count_kv"])
+        head_dim = int(self.hparams.get("head_dim") or self.hparams["embedding_length"] // heads)
+        shape = (batch, kv, capacity, head_dim)
+        return [[from_numpy(np.zeros(shape, np.float32), copy=False).to(self.backend)
+                 for _ in range(2)] for _ in range(int(self.hparams["block_count"]))]
+
+    def step(self, tokens: np.ndarray[Any, Any], positions: np.ndarray[Any, Any],
+             key_mask: np.ndarray[Any, Any], start: int, cache: Cache,
+             last: np.ndarray[Any, Any]) -> tuple[Tensor, Cache]:
+        """One compiled forward over `tokens` (B, T) written at cache slot `start`.
+
+        Returns the logits (B, vocab) of token ``last[b]`` of each row and the updated caches
+        (the old ones are donated).
+        """
+        capacity = cache[0][0].shape[2]
+        if start + tokens.shape[1] > capacity:
+            raise ShapeError(f"step: {start} + {tokens.shape[1]} tokens exceed the cache "
+                             f"capacity {capacity}")
+        return self._prefill(from_numpy(tokens.astype(np.int32)),
+                             from_numpy(positions.astype(np.int32)),
+                             from_numpy(key_mask.astype(np.bool_)),
+                             from_numpy(np.asarray(start, np.int32)), cache,
+                             from_numpy(last.astype(np.int32)))
+
+    # --- encoder -------------------------------------------------------------------------------
+
+    def encode(self, tokens: np.ndarray[Any, Any], mask: np.ndarray[Any, Any]) -> np.ndarray[
+            Any, Any]:
+        """Pooled embeddings (B, C) of padded `tokens` (B, T) with `mask` true on real tokens."""
+        b, t = tokens.shape
+        padded = bucket(t)
+        tok = np.zeros((b, padded), np.int32)
+        msk = np.zeros((b, padded), np.bool_)
+        tok[:, :t], msk[:, :t] = tokens, mask
+        out = self._encode(from_numpy(tok), from_numpy(msk))
+        return out.numpy()
+
+    def parameters(self) -> Mapping[str, Tensor]:
+        """The weights by name."""
+        return self.weights
+
+

@@ -1,0 +1,316 @@
+"""Step kinds of the ModelSpec forward plan; each registers itself by name with `@step`.
+
+A step reads named values and weights from a `StepContext` and writes its output value. Third
+parties add kinds with the same decorator (or from a plugin module that imports it); a spec naming
+an unknown kind fails when it is loaded, listing the known ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import functional as F
+from ..dtypes import int32
+from ..errors import FormatError
+from ..ir.types import QTensorType
+from ..tensor.creation import arange
+from ..tensor.tensor import Tensor
+
+__all__ = ["StepContext", "known_steps", "run_steps", "step"]
+
+StepFn = Callable[["StepContext", Mapping[str, Any]], None]
+_STEPS: dict[str, StepFn] = {}
+
+
+def step(name: str) -> Callable[[StepFn], StepFn]:
+    """Register a step kind under `name` (``@step("RmsNorm")``)."""
+
+    def wrap(fn: StepFn) -> StepFn:
+        if name in _STEPS:
+            raise FormatError(f"step kind {name!r} is registered twice")
+        _STEPS[name] = fn
+        return fn
+
+    return wrap
+
+
+def known_steps() -> dict[str, StepFn]:
+    """Every registered step kind."""
+    return dict(_STEPS)
+
+
+@dataclass
+class StepContext:
+    """What the steps of one forward call share.
+
+    Attributes:
+        hparams: hyper-parameters (GGUF-style names: ``embedding_length``, ``head_count`` ...).
+        weights: parameters by canonical name (dense or quantized tensors).
+        values: named intermediate values; ``tokens`` (B, T) int32 on entry.
+        positions: logical positions of the tokens, (B, T) int32 (RoPE, learned positions).
+        slots: cache slots the tokens are written to, (T,) int32 (causal masking in slot space).
+        key_mask: (B, 1, 1, S) bool of keys that may be attended (padding), or None.
+        cache: per layer, the [k, v] cache handles (rebound in place), or None without a cache.
+        start: 0-d int32 slot of the first token (with a cache).
+        last: (B,) int32 index of the token whose logits are wanted, or None for all tokens.
+        layer: the layer a repeat block is running.
+        spec_source: for error messages.
+    """
+
+    hparams: Mapping[str, Any]
+    weights: Mapping[str, Tensor]
+    values: dict[str, Tensor]
+    positions: Tensor
+    slots: Tensor
+    key_mask: Tensor | None = None
+    cache: list[list[Tensor]] | None = None
+    start: Tensor | None = None
+    last: Tensor | None = None
+    layer: int = 0
+    spec_source: str = "<spec>"
+    uses: set[str] = field(default_factory=set)
+
+    def name(self, template: str) -> str:
+        """A weight name with ``{layer}`` substituted."""
+        return template.replace("{layer}", str(self.layer))
+
+    def weight(self, template: str, *, optional: bool = False, dense: bool = False
+               ) -> Tensor | None:
+        """The weight named by `template`; quantized weights are dequantized when `dense`.
+
+        Raises:
+            FormatError: a missing required weight, naming the step's expectation.
+        """
+        name = self.name(template)
+        tensor = self.weights.get(name)
+        if tensor is None:
+            if optional:
+                return None
+            raise FormatError(f"{self.spec_source}: missing weight {name!r}", path=self.spec_source)
+        self.uses.add(name)
+        qtype = tensor._node.types[tensor._index]
+        if dense and isinstance(qtype, QTensorType):
+            return Tensor._apply("dequantize", tensor, format=qtype.format)
+        return tensor
+
+    def value(self, name: str) -> Tensor:
+        """The named intermediate value."""
+        if name not in self.values:
+            raise FormatError(f"{self.spec_source}: value {name!r} is used before it is set "
+                              f"(have {sorted(self.values)})", path=self.spec_source)
+        return self.values[name]
+
+    def hp(self, key: str) -> Any:
+        """A hyper-parameter."""
+        if key not in self.hparams:
+            raise FormatError(f"{self.spec_source}: missing hyper-parameter {key!r}",
+                              path=self.spec_source)
+        return self.hparams[key]
+
+    def linear(self, x: Tensor, prefix: str, *, bias: bool = True) -> Tensor:
+        """``x @ W.T + b`` for weight ``<prefix>.weight`` (quantized weights use qmatmul)."""
+        w = self.weight(f"{prefix}.weight")
+        assert w is not None
+        b = self.weight(f"{prefix}.bias", optional=True) if bias else None
+        wtype = w._node.types[w._index]
+        if isinstance(wtype, QTensorType):
+            out = Tensor._apply("qmatmul", x, w, format=wtype.format)
+            return out + b if b is not None else out
+        return F.linear(x, w, b)
+
+
+def run_steps(ctx: StepContext, steps: tuple[Mapping[str, Any], ...] | list[Any]) -> None:
+    """Run `steps` in order (repeat blocks once per layer)."""
+    for spec_step in steps:
+        if "repeat" in spec_step:
+            count = spec_step["repeat"]
+            layers = int(ctx.hp(count) if isinstance(count, str) else count)
+            for layer in range(layers):
+                ctx.layer = layer
+                run_steps(ctx, spec_step["steps"])
+            continue
+        _STEPS[spec_step["op"]](ctx, spec_step)
+
+
+def _eps(ctx: StepContext, s: Mapping[str, Any]) -> float:
+    eps = s.get("eps", "norm_epsilon")
+    return float(ctx.hp(eps) if isinstance(eps, str) else eps)
+
+
+@step("Embedding")
+def _embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = weight[input] (token ids -> vectors)."""
+    table = ctx.weight(s["weight"], dense=True)
+    assert table is not None
+    ctx.values[s["output"]] = F.embedding(ctx.value(s.get("input", "tokens")), table)
+
+
+@step("PositionEmbedding")
+def _position_embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = input + weight[positions] (learned absolute positions, GPT-2 and BERT)."""
+    table = ctx.weight(s["weight"], dense=True)
+    assert table is not None
+    ctx.values[s["output"]] = ctx.value(s["input"]) + F.embedding(ctx.positions, table)
+
+
+@step("TokenTypeEmbedding")
+def _token_type(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = input + weight[0] (BERT's segment embedding; omnitensor embeds one segment)."""
+    table = ctx.weight(s["weight"], dense=True)
+    assert table is not None
+    ctx.values[s["output"]] = ctx.value(s["input"]) + table[0]
+
+
+@step("LayerNorm")
+def _layer_norm(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = layer_norm(input) * weight + bias over the last axis."""
+    x = ctx.value(s["input"])
+    w = ctx.weight(s["weight"], dense=True)
+    b = ctx.weight(s.get("bias", s["weight"].replace(".weight", ".bias")), optional=True,
+                   dense=True)
+    ctx.values[s["output"]] = F.layer_norm(x, x.shape[-1], w, b, eps=_eps(ctx, s))
+
+
+@step("RmsNorm")
+def _rms_norm(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = input / rms(input) * weight over the last axis."""
+    x = ctx.value(s["input"])
+    w = ctx.weight(s["weight"], dense=True)
+    ctx.values[s["output"]] = F.rms_norm(x, x.shape[-1], w, eps=_eps(ctx, s))
+
+
+@step("Add")
+def _add(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = sum of inputs (residual connections)."""
+    names = s["inputs"]
+    out = ctx.value(names[0])
+    for name in names[1:]:
+        out = out + ctx.value(name)
+    ctx.values[s["output"]] = out
+
+
+def _heads(x: Tensor, heads: int, head_dim: int) -> Tensor:
+    b, t, _ = x.shape
+    return x.reshape(b, t, heads, head_dim).transpose(0, 2, 1, 3)  # (B, H, T, D)
+
+
+@step("Attention")
+def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """Multi-head attention with optional RoPE, grouped-query heads and the KV cache.
+
+    Weights under `prefix`: ``q``, ``k``, ``v`` (or fused ``qkv``) and ``output``, each
+    ``.weight`` with an optional ``.bias``.
+    """
+    x = ctx.value(s["input"])
+    prefix = ctx.name(s["prefix"])
+    heads, kv_heads = int(ctx.hp("head_count")), int(ctx.hp("head_count_kv"))
+    head_dim = int(ctx.hparams.get("head_dim") or ctx.hp("embedding_length") // heads)
+    if f"{prefix}qkv.weight" in ctx.weights:
+        qkv = ctx.linear(x, f"{prefix}qkv")
+        q_width, kv_width = heads * head_dim, kv_heads * head_dim
+        q = qkv[..., :q_width]
+        k = qkv[..., q_width : q_width + kv_width]
+        v = qkv[..., q_width + kv_width :]
+    else:
+        q, k, v = (ctx.linear(x, f"{prefix}{n}") for n in ("q", "k", "v"))
+    q, k, v = _heads(q, heads, head_dim), _heads(k, kv_heads, head_dim), _heads(v, kv_heads,
+                                                                                head_dim)
+    if s.get("rope", False):
+        cos, sin = F.rope_tables(ctx.positions, head_dim, float(ctx.hp("rope_freq_base")),
+                                 ctx.hparams.get("rope_scaling"))
+        if cos.ndim == 3:  # per-sequence positions (B, T, D/2) -> (B, 1, T, D/2)
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)
+    causal = bool(s.get("causal", True))
+    kv_length = None
+    if ctx.cache is not None:
+        assert ctx.start is not None
+        k_cache, v_cache = ctx.cache[ctx.layer]
+        zero = Tensor._apply("constant", value=_zero())
+        # the cache handles are rebound to the updated caches (in place where donated)
+        k_cache.assign(Tensor._apply("dynamic_update_slice", k_cache, k.astype(k_cache.dtype),
+                                     zero, zero, ctx.start, zero))
+        v_cache.assign(Tensor._apply("dynamic_update_slice", v_cache, v.astype(v_cache.dtype),
+                                     zero, zero, ctx.start, zero))
+        k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
+        kv_length = ctx.start + x.shape[1]
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=ctx.key_mask, is_causal=causal,
+        q_positions=ctx.slots if causal else None, kv_length=kv_length)
+    b, _, t, _ = out.shape
+    out = out.transpose(0, 2, 1, 3).reshape(b, t, heads * head_dim)  # (B, T, C)
+    ctx.values[s["output"]] = ctx.linear(out, f"{prefix}output")
+
+
+def _zero() -> Any:
+    import numpy as np
+
+    return np.asarray(0, dtype=np.int32)
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "relu": F.relu,
+}
+
+
+@step("MLP")
+def _mlp(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """down(act(up(x))), or down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU).
+
+    Weights under `prefix`: ``up``, ``down`` and, when gated, ``gate``.
+    """
+    x = ctx.value(s["input"])
+    prefix = ctx.name(s["prefix"])
+    name = s.get("activation", "gelu")
+    if name not in _ACTIVATIONS:
+        raise FormatError(f"{ctx.spec_source}: MLP activation {name!r} is not one of "
+                          f"{sorted(_ACTIVATIONS)}", path=ctx.spec_source)
+    act = _ACTIVATIONS[name]
+    up = ctx.linear(x, f"{prefix}up")
+    hidden = act(ctx.linear(x, f"{prefix}gate")) * up if s.get("gated") else act(up)
+    ctx.values[s["output"]] = ctx.linear(hidden, f"{prefix}down")
+
+
+@step("LMHead")
+def _lm_head(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """Logits from the last hidden states; ties to `fallback` when `weight` is absent."""
+    x = ctx.value(s["input"])
+    if ctx.last is not None:  # (B, T, C) -> (B, 1, C) at each sequence's last token
+        index = ctx.last.astype(int32).reshape(-1, 1)
+        x = Tensor._apply("gather", x, index, axis=1, batch_dims=1)
+    name = ctx.name(s["weight"])
+    if name not in ctx.weights and "fallback" in s:
+        name = ctx.name(s["fallback"])
+    logits = ctx.linear(x, name.removesuffix(".weight"), bias=False)
+    ctx.values[s["output"]] = logits[:, 0] if ctx.last is not None else logits
+
+
+@step("MeanPool")
+def _mean_pool(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """Mean over the tokens that are not padding (sentence-transformers pooling)."""
+    x = ctx.value(s["input"])  # (B, T, C)
+    if ctx.key_mask is None:
+        ctx.values[s["output"]] = x.mean(axis=1)
+        return
+    mask = ctx.key_mask.reshape(x.shape[0], x.shape[1], 1).astype(x.dtype)  # (B, T, 1)
+    ctx.values[s["output"]] = (x * mask).sum(axis=1) / mask.sum(axis=1).clip(1e-9)
+
+
+@step("Normalize")
+def _normalize(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """out = input / max(||input||_2, 1e-12) along the last axis."""
+    x = ctx.value(s["input"])
+    norm = (x * x).sum(axis=-1, keepdims=True).sqrt().clip(1e-12)
+    ctx.values[s["output"]] = x / norm
+
+
+def positions_for(start: Tensor, t: int) -> Tensor:
+    """Slots ``start .. start + t - 1`` as (T,) int32."""
+    return arange(t, dtype=int32) + start
+
+

@@ -1,0 +1,215 @@
+"""`LoadedModel` and its capabilities: `CausalLM` (generate, stream) and `Encoder` (embed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import OmnitensorError, ShapeError
+from ..models.compiled import CompiledModel, bucket
+from .sampling import sample
+
+__all__ = ["CausalLM", "Encoder", "Generation", "LoadedModel"]
+
+
+@dataclass
+class Generation:
+    """The result of `CausalLM.generate` for one prompt.
+
+    Attributes:
+        text: the generated text (prompt excluded).
+        token_ids: the generated ids.
+        prompt_tokens: how many tokens the prompt had.
+        prefill_s: seconds spent on the prompt.
+        decode_s: seconds spent generating after the first token.
+        stop_reason: ``"length"``, ``"eos"`` or ``"stop"``.
+    """
+
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    prefill_s: float
+    decode_s: float
+    stop_reason: str = "length"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Generated tokens after the first, per second of decoding."""
+        n = max(len(self.token_ids) - 1, 0)
+        return n / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class LoadedModel:
+    """A `CompiledModel` with its tokenizer; `CausalLM` and `Encoder` add what each can do."""
+
+    def __init__(self, model: CompiledModel) -> None:
+        self.model = model
+        self.tokenizer = model.tokenizer
+        if self.tokenizer is None:
+            raise OmnitensorError(f"{model.spec.name}: the checkpoint has no tokenizer "
+                                  "(tokenizer.json or tokenizer.ggml.* metadata)")
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What this model can do: ``("generate",)`` or ``("embed",)``."""
+        return ("generate",) if isinstance(self, CausalLM) else ("embed",)
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.model.arch} "
+                f"layers={self.model.hparams.get('block_count')} on {self.model.backend.name!r}>")
+
+
+class CausalLM(LoadedModel):
+    """A model that continues text."""
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        """The prompt for chat `messages` through the model's chat template.
+
+        Raises:
+            OmnitensorError: when the model has no template.
+        """
+        template = self.tokenizer.chat_template
+        if not template:
+            raise OmnitensorError("chat: this model has no chat template; pass a plain prompt")
+        import jinja2  # tokenizers' ecosystem standard; only needed for chat
+
+        env = jinja2.Environment(autoescape=False)
+        bos = self.tokenizer.id_to_token(self.tokenizer.bos_id) if (
+            self.tokenizer.bos_id is not None) else ""
+        eos = self.tokenizer.id_to_token(self.tokenizer.eos_id) if (
+            self.tokenizer.eos_id is not None) else ""
+        return env.from_string(template).render(messages=list(messages), bos_token=bos,
+                                                eos_token=eos, add_generation_prompt=True)
+
+    def stream(self, prompt: str | Sequence[dict[str, str]], max_new_tokens: int = 64, *,
+               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+               seed: int = 0, stop: Sequence[str] = ()) -> Iterator[str]:
+        """Yield the text of each new token as it is generated (one prompt)."""
+        for piece, _ in self._generate([prompt], max_new_tokens, temperature, top_k, top_p,
+                                       seed, stop, stream=True):
+            yield piece
+
+    def generate(self, prompt: str | Sequence[dict[str, str]] | Sequence[str],
+                 max_new_tokens: int = 64, *, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, seed: int = 0,
+                 stop: Sequence[str] = ()) -> Any:
+        """Continue `prompt` (or a list of prompts, batched with padding).
+
+        Args:
+            prompt: a string, chat messages (``[{"role": ..., "content": ...}]``) or a list of
+                strings (returns a list of `Generation`).
+            max_new_tokens: most tokens to generate.
+            temperature: 0 is greedy.
+            top_k: sample among the k most likely tokens.
+            top_p: sample among the most likely tokens covering this probability.
+            seed: sampling seed.
+            stop: strings that end generation when produced.
+
+        Raises:
+            ShapeError: when prompt plus `max_new_tokens` exceeds the context length.
+        """
+        batched = isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], str)
+        prompts = list(prompt) if batched else [prompt]
+        results = list(self._generate(prompts, max_new_tokens, temperature, top_k, top_p, seed,
+                                      stop, stream=False))
+        gens = [g for _, g in results]
+        return gens if batched else gens[0]
+
+    def _ids(self, prompt: Any) -> list[int]:
+        text = prompt if isinstance(prompt, str) else self.apply_chat_template(prompt)
+        ids = self.tokenizer.encode(text)
+        if not ids:
+            raise OmnitensorError("generate: the prompt encodes to no tokens")
+        return ids
+
+    def _generate(self, prompts: list[Any], max_new_tokens: int, temperature: float,
+                  top_k: int | None, top_p: float | None, seed: int, stop: Sequence[str], *,
+                  stream: bool) -> Iterator[tuple[str, Generation]]:
+        model = self.model
+        ids = [self._ids(p) for p in prompts]
+        b, longest = len(ids), max(len(x) for x in ids)
+        need = longest + max_new_tokens
+        if need > model.context_length:
+            raise ShapeError(
+                f"generate: prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) = "
+                f"{need} exceeds the context length {model.context_length}; shorten the prompt "
+                "or ask for fewer tokens")
+        width = bucket(longest)
+        capacity = min(bucket(width + max_new_tokens), max(model.context_length, width))
+        pads = [width - len(x) for x in ids]  # left padding: every row ends at slot width-1
+        tokens = np.zeros((b, width), np.int64)
+        for row, x in enumerate(ids):
+            tokens[row, pads[row]:] = x
+        slot = np.arange(capacity)
+        key_mask = (slot[None, :] >= np.array(pads)[:, None]).reshape(b, 1, 1, capacity)
+        positions = np.maximum(np.arange(width)[None, :] - np.array(pads)[:, None], 0)
+        rng = np.random.default_rng(seed)
+        cache = model.new_cache(b, capacity)
+        t0 = time.perf_counter()
+        logits, cache = model.step(tokens, positions, key_mask, 0, cache,
+                                   np.full(b, width - 1))
+        out: list[list[int]] = [[] for _ in range(b)]
+        done = [False] * b
+        reasons = ["length"] * b
+        prefill_s = decode_start = 0.0
+        eos = set(self.tokenizer.eos_ids)
+        for i in range(max_new_tokens):
+            next_ids = sample(logits.numpy(), temperature=temperature, top_k=top_k, top_p=top_p,
+                              rng=rng)
+            if i == 0:
+                prefill_s = time.perf_counter() - t0
+                decode_start = time.perf_counter()
+            for row in range(b):
+                if done[row]:
+                    continue
+                token = int(next_ids[row])
+                if token in eos:
+                    done[row], reasons[row] = True, "eos"
+                    continue
+                out[row].append(token)
+                if stream:
+                    yield self.tokenizer.decode([token]), None  # type: ignore[misc]
+                text = self.tokenizer.decode(out[row])
+                if any(s in text for s in stop):
+                    done[row], reasons[row] = True, "stop"
+            if all(done) or i == max_new_tokens - 1:
+                break
+            slot_now = width + i
+            step_tokens = np.where(done, 0, next_ids).reshape(b, 1)
+            step_pos = (slot_now - np.array(pads)).reshape(b, 1)
+            logits, cache = model.step(step_tokens, step_pos, key_mask, slot_now, cache,
+                                       np.zeros(b))
+        decode_s = time.perf_counter() - decode_start if decode_start else 0.0
+        for row in range(b):
+            text = self.tokenizer.decode(out[row])
+            for s in stop:
+                if s in text:
+                    text = text[: text.index(s)]
+            yield "", Generation(text, out[row], len(ids[row]), prefill_s, decode_s,
+                                 reasons[row])
+
+
+class Encoder(LoadedModel):
+    """A model that embeds text."""
+
+    def embed(self, texts: str | Sequence[str], *, batch_size: int = 32) -> np.ndarray[Any, Any]:
+        """Pooled (and, per the spec, normalized) embeddings, (N, C) float32."""
+        items = [texts] if isinstance(texts, str) else list(texts)
+        chunks = []
+        for start in range(0, len(items), batch_size):
+            ids = self.tokenizer.encode_batch(items[start : start + batch_size])
+            longest = max(len(x) for x in ids)
+            if longest > self.model.context_length:
+                raise ShapeError(f"embed: a text has {longest} tokens, more than the context "
+                                 f"length {self.model.context_length}")
+            tokens = np.zeros((len(ids), longest), np.int64)
+            mask = np.zeros((len(ids), longest), np.bool_)
+            for row, x in enumerate(ids):
+                tokens[row, : len(x)], mask[row, : len(x)] = x, True
+            chunks.append(self.model.encode(tokens, mask))
+        return np.concatenate(chunks).astype(np.float32)
