@@ -117,6 +117,9 @@ class Case:
         check: comparison kind (see `CHECKS`).
         ulp: ULP budget override.
         flops: floating-point operations of one run (perf mode).
+        oracle: when set, the reference outputs come from this program (same inputs) instead
+            of `build`'s: a functional alternative is checked against the portable
+            implementation this way.
     """
 
     op: str
@@ -129,6 +132,7 @@ class Case:
     check: str = "auto"
     ulp: int | None = None
     flops: float | None = None
+    oracle: Callable[..., Value | Sequence[Value]] | None = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -139,11 +143,12 @@ class Case:
         """The input seed: a hash of the id mixed with the session's base seed (order-free)."""
         return (zlib.crc32(self.id.encode()) ^ (base * 0x9E3779B1)) & 0xFFFFFFFF
 
-    def function(self) -> Function:
-        """Record the case's PTIR program (fresh on each call)."""
+    def function(self, *, oracle: bool = False) -> Function:
+        """Record the case's PTIR program (fresh on each call); the oracle's with `oracle`."""
         builder = Builder(self.id.replace("-", "_").replace(".", "_"))
         inputs = [builder.input(a.type) for a in self.args]
-        outputs = self.build(builder, *inputs)
+        build = self.oracle if oracle and self.oracle is not None else self.build
+        outputs = build(builder, *inputs)
         if isinstance(outputs, Value):
             outputs = [outputs]
         return builder.build(list(outputs))

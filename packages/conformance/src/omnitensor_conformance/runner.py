@@ -160,7 +160,8 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
     if reason is not None:
         return Outcome("unsupported", reason)
     inputs = case.inputs(seed)
-    expected, masks = reference_outputs(fn, inputs)
+    expected, masks = reference_outputs(case.function(oracle=True) if case.oracle else fn,
+                                        inputs)
     repro = reproducer(case, fn, seed, backend_name)
     try:
         backend.check(fn)

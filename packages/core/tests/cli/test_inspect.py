@@ -59,6 +59,13 @@ def test_inspect_hf_dir_and_safetensors(tmp_path: Path,
     assert "format:       safetensors" in capsys.readouterr().out
 
 
+def test_inspect_unusable_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.gguf"
+    write_gguf(path, {"tokenizer.ggml.tokens": ["a"]}, {"t": np.ones(4, np.float32)}, arch="llama")
+    assert main(["inspect", str(path)]) == 0
+    assert "tokenizer: unavailable (gguf tokenizer: unsupported" in capsys.readouterr().out
+
+
 def test_inspect_malformed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00")

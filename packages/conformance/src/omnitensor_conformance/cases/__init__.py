@@ -17,3 +17,5 @@ from . import linalg as _linalg  # noqa: F401
 from . import movement as _movement  # noqa: F401
 from . import quant as _quant  # noqa: F401
 from . import reduce as _reduce  # noqa: F401
+from . import functional as _functional  # noqa: F401
+from . import model as _model  # noqa: F401

@@ -19,6 +19,8 @@ from omnitensor.ir.builder import Builder
 from omnitensor.ir.types import TensorType, Value
 
 from ..case import Arg, Case, register_case_source
+from ._trace import emit as _emit
+from ._trace import placeholder as _placeholder
 
 _DTYPES = (float32, float64)
 
@@ -30,15 +32,6 @@ def _fill(kind: str) -> Any:
         return fill_array(kind, rng, type.shape, type.dtype.np)
 
     return fill
-
-
-def _placeholder(index: int, type: TensorType) -> Any:
-    from omnitensor.tensor.graph import Node
-    from omnitensor.tensor.tensor import Tensor
-
-    node = Node(None, (), {}, (type,))
-    node.placeholder = index
-    return Tensor(node)
 
 
 def _vjp_tensors(sample: Any, primals: Sequence[Any], cotangent: Any) -> list[Any]:
@@ -57,25 +50,6 @@ def _vjp_tensors(sample: Any, primals: Sequence[Any], cotangent: Any) -> list[An
         hit = found.get(id(p._grad_fn))
         grads.append(zeros_like(p) if hit is None else hit[1])
     return grads
-
-
-def _emit(builder: Builder, values: Sequence[Value], roots: Sequence[Any]) -> list[Value]:
-    """Record the lazy graph behind `roots` into `builder` (placeholder i -> values[i])."""
-    from omnitensor.tensor.graph import capture
-
-    refs = [(t._node, t._index) for t in roots]
-    cap = capture(refs)
-    env: dict[tuple[int, int], Value] = {}
-    for node, index in cap.leaves:
-        if node.placeholder is None:
-            raise ValueError("gradient sample reads a constant array larger than 16 elements")
-        env[(id(node), index)] = values[node.placeholder]
-    for node in cap.order:
-        results = builder.emit_multi(node.op or "", *(env[(id(n), i)] for n, i in node.inputs),
-                                     **node.attrs)
-        for i, value in enumerate(results):
-            env[(id(node), i)] = value
-    return [env[(id(n), i)] for n, i in refs]
 
 
 def _out_type(sample: Any, dtype: DType) -> TensorType:

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from ..errors import OmnitensorError
+from ..errors import FormatError, OmnitensorError
 from ..io.gguf import MAGIC, read_gguf
 from ..io.safetensors import read_hf_dir, read_safetensors
 from ..io.tokenizer import Tokenizer
@@ -55,11 +55,15 @@ def _short(value: Any) -> Any:
     return value
 
 
-def _open(path: Path) -> tuple[str, WeightFile, dict[str, Any], Tokenizer | None]:
+def _open(path: Path) -> tuple[str, WeightFile, dict[str, Any], Tokenizer | str | None]:
     """(format, weights, {architecture, metadata}, tokenizer) for any supported path."""
     if path.is_dir():
         hf = read_hf_dir(path)
-        tok = Tokenizer.from_hf_dir(path) if hf.tokenizer_path else None
+        tok: Tokenizer | str | None
+        try:
+            tok = hf.load_tokenizer()
+        except FormatError as exc:  # the weights are still worth showing
+            tok = str(exc)
         info: dict[str, Any] = {"architecture": hf.architecture,
                                 "metadata": dict(hf.weights.metadata), "config": hf.config}
         return "huggingface", hf.weights, info, tok
@@ -67,9 +71,12 @@ def _open(path: Path) -> tuple[str, WeightFile, dict[str, Any], Tokenizer | None
         magic = stream.read(4)
     if magic == MAGIC:
         gguf = read_gguf(path)
-        tokenizer = None
+        tokenizer: Tokenizer | str | None = None
         if "tokenizer.ggml.tokens" in gguf.metadata:
-            tokenizer = Tokenizer.from_gguf_metadata(gguf.metadata)
+            try:
+                tokenizer = Tokenizer.from_gguf_metadata(gguf.metadata)
+            except FormatError as exc:  # the weights are still worth showing
+                tokenizer = str(exc)
         info = {"architecture": gguf.architecture, "version": gguf.version,
                 "metadata": dict(gguf.metadata)}
         return "gguf", gguf, info, tokenizer
@@ -116,7 +123,8 @@ def describe(path: str | Path, *, stats: bool = False, err: TextIO | None = None
         "parameters": sum(t["elements"] for t in tensors),
         "types": dict(sorted(_count(t["type"] for t in tensors).items())),
         "tensors": tensors,
-        "tokenizer": tokenizer.summary() if tokenizer is not None else None,
+        "tokenizer": (tokenizer.summary() if isinstance(tokenizer, Tokenizer)
+                      else {"error": tokenizer} if tokenizer is not None else None),
     }
     if stats:
         values = _stats(weights, names, err or sys.stderr)
@@ -158,7 +166,9 @@ def _print_text(result: Mapping[str, Any], out: TextIO, max_tensors: int | None)
         for key, value in result["metadata"].items():
             out.write(f"  {key} = {_short(value)}\n")
     tok = result["tokenizer"]
-    if tok is not None:
+    if tok is not None and "error" in tok:
+        out.write(f"tokenizer: unavailable ({tok['error']})\n")
+    elif tok is not None:
         out.write(f"tokenizer: {tok['model']}, {tok['vocab_size']} tokens, bos={tok['bos_id']}, "
                   f"eos={tok['eos_ids']}, add_bos={tok['add_bos']}, "
                   f"chat_template={'yes' if tok['chat_template'] else 'no'}\n")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import bool_, float32, int32
+from ..dtypes import as_dtype, bool_, float32, float64, int32
 from ..errors import OmnitensorError, ShapeError
 from ..tensor.creation import arange
 from ..tensor.math import concatenate, where
@@ -69,9 +69,11 @@ def rope_tables(positions: Tensor | int, head_dim: int, base: float = 10000.0,
     """
     if isinstance(positions, int):
         positions = arange(positions, dtype=int32)
+    # angles in float64 for float64 models, else float32 (then rounded to `dtype`)
+    work = float64 if as_dtype(dtype) == float64 else float32
     inv = Tensor._apply("constant", value=rope_frequencies(head_dim, base, scaling)
-                        .astype(np.float32))
-    angles = positions.astype(float32).unsqueeze(-1) * inv  # (..., D/2)
+                        .astype(work.np))
+    angles = positions.astype(work).unsqueeze(-1) * inv  # (..., D/2)
     return (Tensor._apply("cos", angles).astype(dtype), Tensor._apply("sin", angles)
             .astype(dtype))
 

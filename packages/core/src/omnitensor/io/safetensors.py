@@ -15,13 +15,16 @@ import os
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import ml_dtypes
 import numpy as np
 
 from ..errors import FormatError
 from .weights import Array, TensorInfo, missing_tensor
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
 
 __all__ = [
     "HFDirectory",
@@ -379,6 +382,12 @@ class HFDirectory:
         """``tokenizer.json`` if the directory has one."""
         candidate = self.path / "tokenizer.json"
         return candidate if candidate.is_file() else None
+
+    def load_tokenizer(self) -> Tokenizer | None:
+        """The directory's tokenizer (`Tokenizer.from_hf_dir`), or None without tokenizer.json."""
+        from .tokenizer import Tokenizer
+
+        return Tokenizer.from_hf_dir(self.path) if self.tokenizer_path else None
 
     def __repr__(self) -> str:
         return (f"HFDirectory({str(self.path)!r}, arch={self.architecture!r}, "

@@ -219,7 +219,7 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
                                                                                 head_dim)
     if s.get("rope", False):
         cos, sin = F.rope_tables(ctx.positions, head_dim, float(ctx.hp("rope_freq_base")),
-                                 ctx.hparams.get("rope_scaling"))
+                                 ctx.hparams.get("rope_scaling"), dtype=q.dtype)
         if cos.ndim == 3:  # per-sequence positions (B, T, D/2) -> (B, 1, T, D/2)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)

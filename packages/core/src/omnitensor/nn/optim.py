@@ -62,8 +62,13 @@ class Optimizer:
         for p in self._params():
             p.grad = None
 
-    def step(self) -> None:
-        """Update every parameter that has a gradient; one program realizes the results."""
+    def step(self, *, realize_with: Sequence[Tensor] = ()) -> None:
+        """Update every parameter that has a gradient; one program realizes the results.
+
+        Args:
+            realize_with: tensors to compute in the same program (the loss of the step), so
+                reading them afterwards runs nothing more.
+        """
         self.steps += 1
         updated: list[Tensor] = []
         index = 0
@@ -78,8 +83,8 @@ class Optimizer:
                         updated.append(p)
                         updated.extend(v for v in state.values() if isinstance(v, Tensor))
                     index += 1
-        if updated:
-            realize(*updated)
+        if updated or realize_with:
+            realize(*updated, *realize_with)
             for t in updated:
                 if t._node.role is not Role.PARAMETER:
                     t._node.role = Role.STATE

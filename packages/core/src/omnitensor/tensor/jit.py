@@ -169,7 +169,7 @@ class CompiledFunction(Generic[P, R]):
             current: Ref = (node, index)
             for ref in trace.handles.get(pos, []):
                 handle = ref()
-                if handle is not None and handle.type == node.types[index]:
+                if handle is not None and handle._node.types[handle._index] == node.types[index]:
                     current = (handle._node, handle._index)
                     break
             refs.append(current)

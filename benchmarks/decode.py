@@ -1,0 +1,293 @@
+"""LLM decode figure of the speed table: omnitensor against PyTorch + transformers, same run.
+
+A Llama with Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV heads, intermediate
+4864, vocab 32000, tied embeddings, rope_theta 1e6) gets random weights (seed 0) and is saved with
+transformers' ``save_pretrained`` to a temporary folder, and written as GGUF (F32 and Q8_0)
+through `omnitensor.io.write_gguf`. Each system runs batch 1, a 16-token prompt and 64 greedy new
+tokens; systems alternate round by round and medians are printed with their ratio to torch
+(what counts on a shared machine). llama.cpp (``llama_cpp``) joins only when importable.
+
+omnitensor runs go through `CompiledModel.step` (the same compiled prefill/decode programs
+`CausalLM.generate` uses, without a tokenizer). For the cpu backend the per-step Python overhead
+(everything that is not inside a plan step) is measured and printed.
+
+    python benchmarks/decode.py [--backend cpu] [--rounds 3] [--small] [--systems ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PROMPT = 16
+NEW = 64
+
+FULL = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+        "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 32000}
+SMALL = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 768, "vocab_size": 4096}
+
+
+def save_model(folder: Path, shape: dict[str, int]) -> Path:
+    """Random Llama (seed 0) saved with ``save_pretrained``; returns its folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(**shape, tie_word_embeddings=True, rope_theta=1e6,
+                         max_position_embeddings=2048, rms_norm_eps=1e-6,
+                         torch_dtype="float32")
+    model = LlamaForCausalLM(config).eval()
+    hf = folder / "hf"
+    model.save_pretrained(hf, safe_serialization=True)
+    return hf
+
+
+def save_gguf(hf: Path, out: Path, dtype: str) -> Path:
+    """The HF folder written as a llama.cpp-layout GGUF of `dtype` (``f32`` or ``q8_0``)."""
+    from omnitensor.io.gguf import write_gguf
+    from omnitensor.io.names import (HParams, gguf_metadata_from_hparams,
+                                     hparams_from_hf_config, to_gguf_tensor)
+    from omnitensor.models.checkpoint import from_hf_dir
+
+    ck = from_hf_dir(hf)
+    fields = {f for f in HParams.__dataclass_fields__}
+    hp = HParams(**{k: v for k, v in ck.hparams.items() if k in fields})
+    del hparams_from_hf_config
+    tensors = {name: to_gguf_tensor(hp.arch, name, value, hp)
+               for name, value in ck.weights.items()}
+    write_gguf(out, gguf_metadata_from_hparams(hp), tensors, arch=hp.arch, dtype=dtype)
+    return out
+
+
+# --- systems --------------------------------------------------------------------------------
+
+
+class OmniSystem:
+    """omnitensor through `CompiledModel.step` (prefill bucket, then one-token decode steps)."""
+
+    def __init__(self, path: Path, backend: str) -> None:
+        from omnitensor.models import ModelBuilder
+        from omnitensor.models.checkpoint import open_checkpoint
+        from omnitensor.models.spec import builtin_spec
+
+        # NOTE: a random model has no tokenizer, so `runtime.load_model` (which wraps a
+        # `CausalLM` needing one) is bypassed; the compiled model is the same.
+        checkpoint = open_checkpoint(path)
+        spec = builtin_spec(checkpoint.arch)
+        self.model = ModelBuilder().with_spec(spec).with_checkpoint(checkpoint).build(backend)
+        self.capacity = 1 << (PROMPT + NEW - 1).bit_length()
+
+    def run(self, prompt: list[int], new: int, timer: Callable[[], None] | None = None
+            ) -> tuple[float, float, list[int]]:
+        model, cap = self.model, self.capacity
+        tokens = np.array([prompt], np.int64)
+        key_mask = np.ones((1, 1, 1, cap), np.bool_)
+        cache = model.new_cache(1, cap)
+        t0 = time.perf_counter()
+        logits, cache = model.step(tokens, np.arange(PROMPT)[None], key_mask, 0, cache,
+                                   np.array([PROMPT - 1]))
+        token = int(np.argmax(logits.numpy()[0]))
+        t1 = time.perf_counter()
+        out = [token]
+        for i in range(new - 1):
+            slot = PROMPT + i
+            logits, cache = model.step(np.array([[token]]), np.array([[slot]]), key_mask, slot,
+                                       cache, np.zeros(1))
+            token = int(np.argmax(logits.numpy()[0]))
+            out.append(token)
+        t2 = time.perf_counter()
+        return t1 - t0, (new - 1) / (t2 - t1), out
+
+
+class TorchSystem:
+    """PyTorch + transformers, float32, greedy ``generate`` with a static number of tokens."""
+
+    def __init__(self, hf: Path) -> None:
+        import torch
+        from transformers import LlamaForCausalLM
+
+        self.torch = torch
+        self.model = LlamaForCausalLM.from_pretrained(hf, torch_dtype=torch.float32).eval()
+
+    def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:
+        torch = self.torch
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = self.model(ids, use_cache=True)
+            past = out.past_key_values
+            token = int(out.logits[0, -1].argmax())
+            t1 = time.perf_counter()
+            toks = [token]
+            for _ in range(new - 1):
+                out = self.model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                token = int(out.logits[0, -1].argmax())
+                toks.append(token)
+            t2 = time.perf_counter()
+        return t1 - t0, (new - 1) / (t2 - t1), toks
+
+
+class LlamaCppSystem:
+    """llama.cpp through its Python binding (only when ``llama_cpp`` imports)."""
+
+    def __init__(self, gguf: Path) -> None:
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(str(gguf), n_ctx=256, n_threads=os.cpu_count() or 2,
+                                   use_mmap=False, verbose=False, logits_all=False)
+
+    def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:
+        llm = self.llm
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t1 = time.perf_counter()
+        toks = [token]
+        for _ in range(new - 1):
+            llm.eval([token])
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            toks.append(token)
+        t2 = time.perf_counter()
+        return t1 - t0, (new - 1) / (t2 - t1), toks
+
+
+# --- Python overhead of a decode step on the cpu backend --------------------------------------
+
+
+def step_overhead(system: OmniSystem, steps: int = 16) -> tuple[float, float] | None:
+    """(median step seconds, median seconds outside plan steps) of a decode step on cpu."""
+    from omnitensor_backend_cpu import plan as cpu_plan
+
+    kernel_time = [0.0]
+    original = cpu_plan.Plan.run
+
+    def timed_run(self: Any, inputs: Any) -> Any:
+        # NOTE: time each plan step as a whole; what is left of the step is Python overhead
+        # (tensor layer, jit cache lookup, input realization, the plan loop's own bookkeeping).
+        steps_, spent = self.steps, 0.0
+        wrapped = []
+        for step in steps_:
+            def timed(slots: Any, step: Any = step) -> None:
+                nonlocal spent
+                t = time.perf_counter()
+                step(slots)
+                spent += time.perf_counter() - t
+            wrapped.append(timed)
+        self.steps = wrapped
+        try:
+            return original(self, inputs)
+        finally:
+            self.steps = steps_
+            kernel_time[0] += spent
+
+    model, cap = system.model, system.capacity
+    key_mask = np.ones((1, 1, 1, cap), np.bool_)
+    cache = model.new_cache(1, cap)
+    tokens = np.zeros((1, PROMPT), np.int64)
+    logits, cache = model.step(tokens, np.arange(PROMPT)[None], key_mask, 0, cache,
+                               np.array([PROMPT - 1]))
+    totals, outside = [], []
+    cpu_plan.Plan.run = timed_run  # type: ignore[method-assign]
+    try:
+        for i in range(steps):
+            slot = PROMPT + i
+            kernel_time[0] = 0.0
+            t = time.perf_counter()
+            logits, cache = model.step(np.array([[1]]), np.array([[slot]]), key_mask, slot,
+                                       cache, np.zeros(1))
+            logits.numpy()
+            total = time.perf_counter() - t
+            totals.append(total)
+            outside.append(total - kernel_time[0])
+    finally:
+        cpu_plan.Plan.run = original  # type: ignore[method-assign]
+    return statistics.median(totals), statistics.median(outside)
+
+
+def main() -> None:
+    """Build the model, run the systems interleaved, print medians and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="a tiny model for a quick run")
+    parser.add_argument("--systems", default="omni-f32,omni-q8_0,torch,llama.cpp-f32,"
+                        "llama.cpp-q8_0")
+    args = parser.parse_args()
+    wanted = args.systems.split(",")
+    shape = SMALL if args.small else FULL
+    with tempfile.TemporaryDirectory(prefix="omni-decode-") as tmp:
+        folder = Path(tmp)
+        t = time.perf_counter()
+        hf = save_model(folder, shape)
+        ggufs = {d: save_gguf(hf, folder / f"model-{d}.gguf", d) for d in ("f32", "q8_0")
+                 if f"omni-{d}" in wanted or f"llama.cpp-{d}" in wanted}
+        print(f"model {shape} written in {time.perf_counter() - t:.1f} s")
+        systems: dict[str, Any] = {}
+        for name in wanted:
+            t = time.perf_counter()
+            try:
+                if name == "omni-f32":
+                    systems[name] = OmniSystem(hf, args.backend)
+                elif name.startswith("omni-"):
+                    systems[name] = OmniSystem(ggufs[name[5:]], args.backend)
+                elif name == "torch":
+                    systems[name] = TorchSystem(hf)
+                elif name.startswith("llama.cpp-"):
+                    systems[name] = LlamaCppSystem(ggufs[name[10:]])
+            except ImportError as error:
+                print(f"{name}: skipped ({error})")
+                continue
+            print(f"{name}: loaded in {time.perf_counter() - t:.1f} s")
+        rng = np.random.default_rng(1)
+        prompt = [int(x) for x in rng.integers(3, shape["vocab_size"], PROMPT)]
+        for name, system in systems.items():  # warm-up: compiles, first-touch
+            t = time.perf_counter()
+            system.run(prompt, 4)
+            print(f"{name}: warm-up (compile) {time.perf_counter() - t:.1f} s")
+        prefill: dict[str, list[float]] = {n: [] for n in systems}
+        tps: dict[str, list[float]] = {n: [] for n in systems}
+        tokens: dict[str, list[int]] = {}
+        for _ in range(args.rounds):
+            for name, system in systems.items():
+                p, r, toks = system.run(prompt, NEW)
+                prefill[name].append(p)
+                tps[name].append(r)
+                tokens[name] = toks
+        ref = statistics.median(tps["torch"]) if "torch" in tps else None
+        print(f"\nbatch 1, {PROMPT}-token prompt, {NEW} new tokens greedy, "
+              f"{args.rounds} rounds interleaved (medians)")
+        for name in systems:
+            r = statistics.median(tps[name])
+            ratio = f"  {r / ref:5.2f}x torch" if ref else ""
+            agree = ""
+            if "torch" in tokens and name != "torch":
+                same = sum(a == b for a, b in zip(tokens[name], tokens["torch"], strict=True))
+                agree = f"  tokens equal to torch: {same}/{NEW}"
+            print(f"  {name:15s} prefill {statistics.median(prefill[name]) * 1e3:8.1f} ms  "
+                  f"decode {r:7.2f} tok/s{ratio}{agree}")
+        if args.backend == "cpu":
+            for name, system in systems.items():
+                if name.startswith("omni-"):
+                    got = step_overhead(system)
+                    if got:
+                        total, outside = got
+                        print(f"  {name}: decode step {total * 1e3:.2f} ms, Python overhead "
+                              f"(outside kernels) {outside * 1e3:.2f} ms = "
+                              f"{outside / total * 100:.1f} %")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Offline checks of generated CUDA C with the CUDA toolkit's nvcc (no GPU needed).
+
+`compile_ptx` compiles a source exactly as the backend would load it on a GPU (to PTX for a
+virtual architecture); `HostLibrary` compiles the same text with ``-DOT_HOST_HARNESS`` into a
+shared library whose ``<kernel>_host`` entry points run the kernels' logic functions over the
+whole grid on the CPU. Used by the tests; the backend itself compiles with CuPy/NVRTC.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+__all__ = ["HostLibrary", "compile_ptx", "nvcc_path"]
+
+#: The oldest architecture the kernels are checked for (the warp shuffles need sm_30+).
+ARCH: Final = "sm_75"
+
+
+def nvcc_path() -> str | None:
+    """The nvcc on PATH (or under CUDA_HOME/CUDA_PATH), or None."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and os.path.exists(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def _cache_dir() -> Path:
+    path = Path(os.environ.get("OMNITENSOR_CUDA_CHECK_CACHE",
+                               os.path.join(tempfile.gettempdir(), "omnitensor-cuda-check")))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _run(args: Sequence[str]) -> None:
+    done = subprocess.run(list(args), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"nvcc failed ({' '.join(args)}):\n{done.stderr[-4000:]}")
+
+
+def compile_ptx(source: str, *, arch: str = ARCH) -> str:
+    """PTX text of `source` (raises RuntimeError with nvcc's diagnostics on failure)."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("nvcc is not on PATH")
+    key = hashlib.sha256((arch + source).encode()).hexdigest()[:20]
+    out = _cache_dir() / f"{key}.ptx"
+    if not out.exists():
+        src = _cache_dir() / f"{key}.cu"
+        src.write_text(source)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        _run([nvcc, "-ptx", f"-arch={arch}", "-o", str(tmp), str(src)])
+        tmp.replace(out)
+    return out.read_text()
+
+
+class HostLibrary:
+    """`source` compiled for the host: call ``<kernel>_host`` on numpy buffers."""
+
+    def __init__(self, source: str) -> None:
+        nvcc = nvcc_path()
+        if nvcc is None:
+            raise RuntimeError("nvcc is not on PATH")
+        self.source = source
+        key = hashlib.sha256(("host" + source).encode()).hexdigest()[:20]
+        lib = _cache_dir() / f"{key}.so"
+        if not lib.exists():
+            src = _cache_dir() / f"{key}.cu"
+            src.write_text(source)
+            tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+            _run([nvcc, "-x", "cu", "-O1", "-DOT_HOST_HARNESS", "-Xcompiler", "-fPIC",
+                  "-shared", f"-arch={ARCH}", "-o", str(tmp), str(src)])
+            tmp.replace(lib)
+        self._lib = ctypes.CDLL(str(lib))
+
+    def launch(self, kernel: str, n: int, params: Sequence[int],
+               buffers: Sequence[np.ndarray[Any, Any]]) -> None:
+        """Run kernel `kernel` over `n` threads (thread kernels) or rows (warp kernels).
+
+        `buffers` are passed by their data pointers (base of each array; writable ones are
+        written in place), exactly as CuPy passes device arrays.
+        """
+        fn = getattr(self._lib, f"{kernel}_host")
+        p = np.ascontiguousarray(np.asarray(list(params) or [0], dtype=np.int64))
+        ptrs = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ctypes.data for b in buffers])
+        fn(ctypes.c_longlong(n), p.ctypes.data_as(ctypes.c_void_p), ptrs)
