@@ -61,6 +61,7 @@ class _Draft:
     make: Callable[[dict[int, Callable[[Slots], Array]]], Step]
     owned: list[_Owned] = field(default_factory=list)
     kind: str = "ref"
+    label: str = ""
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Plan:
         arena_spec: (slot index, byte offset into its buffer) per arena-backed value slot.
         arena_sizes: byte capacity of each arena buffer.
         kinds: the step kinds in order (``ref``, ``fused``, ``blas``, ``rows``) for stats.
+        labels: one line per step (kind and ops) for profiles and dumps.
         groups: the fused groups (for tests and dumps).
     """
 
@@ -86,6 +88,7 @@ class Plan:
     arena_sizes: list[int]
     kinds: list[str]
     groups: list[FusedGroup]
+    labels: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _arena: list[Any] | None = None
 
@@ -338,9 +341,12 @@ def build_plan(function: Function) -> Plan:
     for idx, inst in enumerate(function.body):
         if idx in fused_row:
             drafts.append(rows.row_step(fused_row[idx], len(drafts), _Draft, _Owned))
+            drafts[-1].label = f"rows:{fused_row[idx].kind}{fused_row[idx].shape}"
             continue
         if idx in groups:
             drafts.append(_fused_step(groups[idx], len(drafts)))
+            group = groups[idx]
+            drafts[-1].label = f"fused:{'+'.join(i.op for i in group.insts)}{group.shape}"
             continue
         if id(inst) in grouped or id(inst) in row_insts:
             continue
@@ -348,9 +354,16 @@ def build_plan(function: Function) -> Plan:
             template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
             continue
         draft = _dot_step(inst, len(drafts)) if inst.op == "dot_general" else None
-        drafts.append(draft or _reference_step(inst))
+        draft = draft or _reference_step(inst)
+        draft.label = f"{draft.kind}:{inst.op}{_shape_of(inst)}"
+        drafts.append(draft)
     drafts = _drop_dead(drafts, {v.id for v in function.outputs})
     return _assign_buffers(function, drafts, template, list(groups.values()))
+
+
+def _shape_of(inst: Instruction) -> tuple[int, ...] | str:
+    result = inst.results[0].type
+    return result.shape if isinstance(result, TensorType) else str(result)
 
 
 def _drop_dead(drafts: list[_Draft], outputs: set[int]) -> list[_Draft]:
@@ -425,6 +438,7 @@ def _assign_buffers(function: Function, drafts: list[_Draft], template: list[Any
         arena_sizes=sizes,
         kinds=[d.kind for d in drafts],
         groups=groups,
+        labels=[d.label or d.kind for d in drafts],
     )
 
 

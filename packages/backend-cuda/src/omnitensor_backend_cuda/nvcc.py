@@ -97,3 +97,47 @@ class HostLibrary:
         p = np.ascontiguousarray(np.asarray(list(params) or [0], dtype=np.int64))
         ptrs = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ctypes.data for b in buffers])
         fn(ctypes.c_longlong(n), p.ctypes.data_as(ctypes.c_void_p), ptrs)
+
+
+def run_on_host(lowered: Any, inputs: Sequence[np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
+    """Run a `lower.Lowered` launch list on the CPU: kernels through their host harness.
+
+    ``matmul`` steps (cuBLAS on a GPU) run with numpy on the same strided views: the one part
+    of a launch list this cannot check. All kernels of the list are compiled in one library.
+    Inputs must be dense; bfloat16/float16 travel as their 16-bit words, as on the GPU.
+    """
+    sources: dict[str, str] = {}
+    for step in lowered.steps:
+        if step.kind != "matmul":
+            sources.setdefault(step.name, step.source)
+    library = HostLibrary("".join(sources.values())) if sources else None
+    slots: list[np.ndarray[Any, Any]] = []
+    for k, (shape, dtype) in enumerate(lowered.slot_shapes):
+        if k < lowered.n_inputs:
+            slots.append(np.ascontiguousarray(inputs[k]))
+        elif k in lowered.constants:
+            slots.append(np.ascontiguousarray(lowered.constants[k]))
+        else:
+            slots.append(np.zeros(max(int(np.prod(shape)), 1), dtype.np))
+    for step in lowered.steps:
+        if step.kind == "matmul":
+            _host_matmul(step, slots)
+        else:
+            assert library is not None
+            library.launch(step.name, step.n, step.params, [slots[s] for s in step.slots])
+    outs = []
+    for view in lowered.outputs:
+        base = slots[view.slot].reshape(-1)
+        item = base.itemsize
+        outs.append(np.lib.stride_tricks.as_strided(
+            base[view.offset:], view.shape, [s * item for s in view.strides]).copy())
+    return outs
+
+
+def _host_matmul(step: Any, slots: list[np.ndarray[Any, Any]]) -> None:
+    bs, m, n, k, loff, lsb, lsm, lsk, roff, rsb, rsk, rsn = step.params[:12]
+    a_flat, b_flat = slots[step.slots[0]].reshape(-1), slots[step.slots[1]].reshape(-1)
+    item = a_flat.itemsize
+    a = np.lib.stride_tricks.as_strided(a_flat[loff:], (bs, m, k), [s * item for s in (lsb, lsm, lsk)])
+    b = np.lib.stride_tricks.as_strided(b_flat[roff:], (bs, k, n), [s * item for s in (rsb, rsk, rsn)])
+    slots[step.slots[2]].reshape(-1)[: bs * m * n] = np.matmul(a, b).reshape(-1)

@@ -206,11 +206,10 @@ def result_type(*args: Any) -> DType:
         out = strong[0]
         for d in strong[1:]:
             out = promote(out, d)
+    elif all(isinstance(w, bool) for w in weak):
+        return bool_
     else:
-        out = bool_ if all(isinstance(w, bool) for w in weak) else None  # type: ignore[assignment]
-        if out is None:
-            out = default_float if any(isinstance(w, float) for w in weak) else default_int
-        return out
+        return default_float if any(isinstance(w, float) for w in weak) else default_int
     for w in weak:
         if isinstance(w, bool):
             continue

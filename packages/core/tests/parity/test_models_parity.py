@@ -306,18 +306,35 @@ def test_gguf_f32_logits_match_transformers(gguf_llama: tuple[Any, dict[str, Pat
                                rtol=ATOL)
 
 
+def _dequantized_copy(model: Any) -> Any:
+    """`model` with every matrix replaced by its Q8_0 round trip (gguf's own quantizer)."""
+    qtype = gguf.GGMLQuantizationType.Q8_0
+    copy = _llama()
+    copy.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in copy.parameters():
+            if p.ndim == 2:
+                blocks = gguf.quants.quantize(p.numpy(), qtype)
+                p.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, qtype).reshape(p.shape)))
+    return copy.eval()
+
+
 @pytest.mark.parametrize("quant_policy", ["auto", "dequantize"])
 def test_gguf_q8_0_logits_close(quant_policy: str,
                                 gguf_llama: tuple[Any, dict[str, Path]]) -> None:
     model, paths = gguf_llama
     lm = load_model(paths["q8_0"], "ref", quant_policy=quant_policy)
     ids = lm.tokenizer.encode("the cat sat on")
-    expected = _hf_logits(model, ids)
     got = _ot_logits(lm, ids)
-    # Q8_0 keeps ~8 bits per weight: the logits move by well under 1% of their range.
+    # Against the float model: Q8_0 keeps ~8 bits per weight, so the logits move by a few
+    # percent of their range at most, and the argmax rarely changes.
+    expected = _hf_logits(model, ids)
     error = np.abs(got - expected).max() / np.abs(expected).max()
-    assert 0 < error < 0.02, error
-    assert (got.argmax(-1) == expected.argmax(-1)).mean() >= 0.9
+    assert 0 < error < 0.05, error
+    assert (got.argmax(-1) == expected.argmax(-1)).mean() >= 0.8
+    # Against the same weights dequantized by gguf: the same computation, so f32 closeness.
+    np.testing.assert_allclose(got, _hf_logits(_dequantized_copy(model), ids), atol=ATOL,
+                               rtol=ATOL)
 
 
 # --- BERT encoder ------------------------------------------------------------------------------

@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=default if default in _LEVELS else "warning",
         help="logging level of the omnitensor loggers (default: $OMNITENSOR_LOG or warning)",
     )
+    parser.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        default=None,
+        help="write every program before/after optimization and a trace JSON per realization "
+        "to DIR (same as OMNITENSOR_DUMP_DIR)",
+    )
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     _load_verbs(subparsers)
     return parser
@@ -110,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(known.log_level or (env_level if env_level in _LEVELS else "warning"))
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.dump_dir:
+        from ..optimizer.dump import set_dump_dir
+
+        set_dump_dir(args.dump_dir)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import FormatError
 from ..io.weights import Array, QuantizedArray
 
@@ -52,7 +54,9 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     weights: dict[str, Array | QuantizedArray] = {}
     names = file.tensor_names
     for i, name in enumerate(names):
-        weights[name] = from_gguf_tensor(hp.arch, name, file.load(name), hp)
+        loaded = file.load(name)
+        weights[name] = (from_gguf_tensor(hp.arch, name, loaded, hp) if isinstance(
+            loaded, QuantizedArray) else from_gguf_tensor(hp.arch, name, loaded, hp))
         if progress is not None:
             progress(name, i + 1, len(names))
     tokenizer = None
@@ -72,8 +76,7 @@ def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoin
     mapping = hf_name_map(hp.arch, directory.weights.tensor_names)
     weights: dict[str, Array | QuantizedArray] = {}
     for i, (name, hf_name) in enumerate(mapping.items()):
-        value = directory.weights.load(hf_name)
-        assert not isinstance(value, QuantizedArray)
+        value = np.asarray(directory.weights.load(hf_name))
         weights[name] = from_hf_tensor(hp.arch, name, value)
         if progress is not None:
             progress(name, i + 1, len(mapping))

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backend.contract import Backend
 from ..dtypes import float32, int32
-from ..errors import FormatError, ShapeError
+from ..errors import ShapeError
 from ..functional import overrides
 from ..io.weights import QuantizedArray
 from ..tensor.creation import arange
@@ -88,14 +88,9 @@ class CompiledModel:
             ShapeError: a weight whose shape does not fit, naming the op and shapes.
         """
         tokens = Tensor._apply("constant", value=np.zeros((1, 1), np.int32))
-        try:
-            ctx = self._context(tokens, arange(1, dtype=int32).reshape(1, 1), arange(1,
-                                dtype=int32), None, None, None, None)
-            run_steps(ctx, self.spec.forward)
-        except (FormatError, ShapeError) as error:
-            raise type(error)(f"{self.spec.name} model from {self.runtime.get('source', '')}"
-                              f"{error}".strip(), path=getattr(error, "path", None)
-                              ) if isinstance(error, FormatError) else error
+        ctx = self._context(tokens, arange(1, dtype=int32).reshape(1, 1), arange(1, dtype=int32),
+                            None, None, None, None)
+        run_steps(ctx, self.spec.forward)  # errors name the spec, the step and the layer
         unused = set(self.weights) - ctx.uses
         if unused - {"pooler.dense.weight", "pooler.dense.bias"}:
             import logging
@@ -158,11 +153,12 @@ class CompiledModel:
         if start + tokens.shape[1] > capacity:
             raise ShapeError(f"step: {start} + {tokens.shape[1]} tokens exceed the cache "
                              f"capacity {capacity}")
-        return self._prefill(from_numpy(tokens.astype(np.int32)),
+        logits, new_cache = self._prefill(from_numpy(tokens.astype(np.int32)),
                              from_numpy(positions.astype(np.int32)),
                              from_numpy(key_mask.astype(np.bool_)),
                              from_numpy(np.asarray(start, np.int32)), cache,
                              from_numpy(last.astype(np.int32)))
+        return logits, new_cache
 
     # --- encoder -------------------------------------------------------------------------------
 
@@ -175,7 +171,7 @@ class CompiledModel:
         msk = np.zeros((b, padded), np.bool_)
         tok[:, :t], msk[:, :t] = tokens, mask
         out = self._encode(from_numpy(tok), from_numpy(msk))
-        return out.numpy()
+        return np.asarray(out.numpy())
 
     def parameters(self) -> Mapping[str, Tensor]:
         """The weights by name."""

@@ -7,13 +7,14 @@ an unknown kind fails when it is loaded, listing the known ones.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import functional as F
 from ..dtypes import int32
-from ..errors import FormatError
+from ..errors import FormatError, ShapeError
 from ..ir.types import QTensorType
 from ..tensor.creation import arange
 from ..tensor.tensor import Tensor
@@ -88,7 +89,11 @@ class StepContext:
         if tensor is None:
             if optional:
                 return None
-            raise FormatError(f"{self.spec_source}: missing weight {name!r}", path=self.spec_source)
+            group = ".".join(name.split(".")[:2]) + "."
+            near = sorted(n for n in self.weights if n.startswith(group))[:8]
+            raise FormatError(f"{self.spec_source}: missing weight {name!r} (the checkpoint has "
+                              f"{', '.join(near) if near else f'no {group}* weights'})",
+                              path=self.spec_source, weight=name)
         self.uses.add(name)
         qtype = tensor._node.types[tensor._index]
         if dense and isinstance(qtype, QTensorType):
@@ -121,17 +126,42 @@ class StepContext:
         return F.linear(x, w, b)
 
 
-def run_steps(ctx: StepContext, steps: tuple[Mapping[str, Any], ...] | list[Any]) -> None:
-    """Run `steps` in order (repeat blocks once per layer)."""
-    for spec_step in steps:
+def run_steps(ctx: StepContext, steps: tuple[Mapping[str, Any], ...] | list[Any],
+              prefix: str = "") -> None:
+    """Run `steps` in order (repeat blocks once per layer).
+
+    Raises:
+        FormatError, ShapeError: from a step, with the step's position, kind and layer added
+            to the message (and as the error's ``step`` field).
+    """
+    for i, spec_step in enumerate(steps):
+        where = f"{prefix}{i}"
         if "repeat" in spec_step:
             count = spec_step["repeat"]
             layers = int(ctx.hp(count) if isinstance(count, str) else count)
             for layer in range(layers):
                 ctx.layer = layer
-                run_steps(ctx, spec_step["steps"])
+                run_steps(ctx, spec_step["steps"], f"{where}.")
             continue
-        _STEPS[spec_step["op"]](ctx, spec_step)
+        kind = spec_step["op"]
+        try:
+            _STEPS[kind](ctx, spec_step)
+        except (FormatError, ShapeError) as error:
+            if "step" in error.fields:  # already located by an inner run_steps
+                raise
+            label = f"step {where} ({kind}" + (f", layer {ctx.layer})" if prefix else ")")
+            raise _located(error, ctx.spec_source, label, where) from error
+
+
+def _located(error: FormatError | ShapeError, source: str, label: str,
+             where: str) -> FormatError | ShapeError:
+    """A copy of `error` (same type and fields) whose message says which step raised it."""
+    message = error.message.removeprefix(f"{source}: ")
+    located = copy.copy(error)
+    located.message = f"{source}: {label}: {message}"
+    located.args = (located.message,)
+    located.fields = {**error.fields, "step": where}
+    return located
 
 
 def _eps(ctx: StepContext, s: Mapping[str, Any]) -> float:

@@ -122,7 +122,7 @@ class CausalLM(LoadedModel):
 
     def _ids(self, prompt: Any) -> list[int]:
         text = prompt if isinstance(prompt, str) else self.apply_chat_template(prompt)
-        ids = self.tokenizer.encode(text)
+        ids: list[int] = list(self.tokenizer.encode(text))
         if not ids:
             raise OmnitensorError("generate: the prompt encodes to no tokens")
         return ids

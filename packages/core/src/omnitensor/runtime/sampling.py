@@ -26,7 +26,7 @@ def sample(logits: np.ndarray[Any, Any], *, temperature: float, top_k: int | Non
             f"{temperature}, top_p={top_p}, top_k={top_k})")
     logits = np.asarray(logits, dtype=np.float64)
     if temperature == 0:
-        return logits.argmax(axis=-1).astype(np.int64)
+        return np.asarray(logits.argmax(axis=-1).astype(np.int64))
     scaled = logits / temperature
     if top_k is not None and top_k < scaled.shape[-1]:
         kth = np.partition(scaled, -top_k, axis=-1)[:, -top_k][:, None]

@@ -116,7 +116,8 @@ class CompiledFunction(Generic[P, R]):
         if trace is None:
             trace = self._trace(args, kwargs, arg_leaves, backend, signature)
             self._cache[signature] = trace
-        return self._run(trace, arg_leaves, donated_leaves)
+        result: R = self._run(trace, arg_leaves, donated_leaves)
+        return result
 
     def _trace(self, args: Any, kwargs: Any, arg_leaves: list[Tensor], backend: Backend | None,
                signature: Any) -> _Trace:
@@ -140,9 +141,9 @@ class CompiledFunction(Generic[P, R]):
         out_leaves: list[Tensor] = []
         out_spec = _flatten(result, out_leaves)
         rebound = [ref for ref, first in state.seen.values()
-                   if (t := ref()) is not None and (t._node, t._index) != first]
+                   if (h := ref()) is not None and (h._node, h._index) != first]
         roots = [t._ref() for t in out_leaves] + [
-            (t._node, t._index) for ref in rebound if (t := ref()) is not None]
+            (h._node, h._index) for ref in rebound if (h := ref()) is not None]
         for ref, first in state.seen.values():
             handle = ref()
             if handle is not None and any(ref is r for r in rebound):

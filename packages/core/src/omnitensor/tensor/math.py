@@ -361,10 +361,11 @@ class TensorMath:
             return me
         return me._view_or_apply("reshape", shape=dims)
 
-    def transpose(self, *perm: int) -> Tensor:
+    def transpose(self, *perm: int | Sequence[int]) -> Tensor:
         """Permute axes (reverse them when no permutation is given)."""
         me: Tensor = self  # type: ignore[assignment]
-        order = tuple(perm[0]) if len(perm) == 1 and isinstance(perm[0], (tuple, list)) else perm
+        first = perm[0] if len(perm) == 1 else None
+        order: tuple[Any, ...] = tuple(first) if isinstance(first, (tuple, list)) else perm
         if not order:
             order = tuple(reversed(range(me.ndim)))
         order = tuple(_axis("transpose", a, me.ndim) for a in order)
@@ -374,7 +375,7 @@ class TensorMath:
             return me
         return me._view_or_apply("transpose", perm=order)
 
-    def permute(self, *perm: int) -> Tensor:
+    def permute(self, *perm: int | Sequence[int]) -> Tensor:
         """Alias of `transpose` with an explicit permutation."""
         return self.transpose(*perm)
 

@@ -145,6 +145,7 @@ def run_plan(plan: Plan, key: str, leaves: Sequence[Ref], buffers: list[Any], *,
 
         def run_prelude() -> list[Any]:
             stats.prelude_runs += 1
+            assert plan.prelude is not None
             return plan.backend.run(plan.prelude, [buffers[i] for i in plan.prelude_inputs])
 
         buffers = buffers + list(hoist_cache.get_or_compute(key, versions, run_prelude))

@@ -57,15 +57,14 @@ class BinaryView(OpView):
     rhs = operand()
 
     @classmethod
-    def infer(cls, lhs: TensorType, rhs: TensorType) -> TensorType:  # type: ignore[override]
+    def infer(cls, lhs: TensorType, rhs: TensorType) -> TensorType:
         return rules.same_types(cls.opdef.name, lhs, rhs)
 
 
 def _unary(name: str, kernel: Callable[..., Array], dtypes: tuple[DType, ...], doc: str,
            traits: Trait = Trait.NONE, ulp: int = 0) -> type[UnaryView]:
-    view = type(f"{''.join(p.title() for p in name.split('_'))}View", (UnaryView,), {"__doc__": doc,
-                "__module__": __name__})
-    view.infer = staticmethod(UnaryView.infer)  # type: ignore[method-assign]
+    view = type(f"{''.join(p.title() for p in name.split('_'))}View", (UnaryView,),
+                {"__doc__": doc, "__module__": __name__, "infer": staticmethod(UnaryView.infer)})
     return primitive(name, traits=_UNARY | traits, dtypes=dtypes, reference=kernel, ulp=ulp)(view)
 
 
@@ -126,7 +125,7 @@ def _int_div(lhs: Array, rhs: Array) -> Array:
     quotient = np.floor_divide(lhs, safe)
     # numpy floors; PTIR truncates toward zero like C and StableHLO.
     fix = (np.remainder(lhs, safe) != 0) & ((lhs < 0) != (safe < 0))
-    return (quotient + fix.astype(lhs.dtype)).astype(lhs.dtype)
+    return np.asarray((quotient + fix.astype(lhs.dtype)).astype(lhs.dtype))
 
 
 def _int_div_unspecified(lhs: Array, rhs: Array) -> Array:
@@ -135,19 +134,19 @@ def _int_div_unspecified(lhs: Array, rhs: Array) -> Array:
     undefined = rhs == 0
     if lhs.dtype.kind == "i":
         undefined |= (lhs == np.iinfo(lhs.dtype).min) & (rhs == -1)
-    return undefined
+    return np.asarray(undefined)
 
 
 def _rem(lhs: Array, rhs: Array) -> Array:
     if lhs.dtype.kind == "f":
         return _wide(np.fmod)(lhs, rhs)
-    return np.fmod(lhs, np.where(rhs == 0, 1, rhs).astype(lhs.dtype))
+    return np.asarray(np.fmod(lhs, np.where(rhs == 0, 1, rhs).astype(lhs.dtype)))
 
 
 def _pow(lhs: Array, rhs: Array) -> Array:
     if lhs.dtype.kind == "f":
         return _wide(np.power)(lhs, rhs)
-    return np.power(lhs, np.where(rhs < 0, 0, rhs).astype(lhs.dtype))
+    return np.asarray(np.power(lhs, np.where(rhs < 0, 0, rhs).astype(lhs.dtype)))
 
 
 def _pow_unspecified(lhs: Array, rhs: Array) -> Array:
@@ -275,7 +274,7 @@ class ConvertView(OpView):
     @staticmethod
     def reference(x: Array, *, dtype: DType) -> Array:
         if dtype == bool_:
-            return x != 0
+            return np.asarray(x != 0)
         if x.dtype.kind == "f" and dtype.is_integer:
             safe = np.where(_convert_unspecified(x, dtype=dtype), 0, np.trunc(x.astype(np.float64)))
             return safe.astype(dtype.np)
