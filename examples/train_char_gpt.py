@@ -45,7 +45,7 @@ RESERVED = "=="
 VOCAB = [*ALPHABET, EOS, RESERVED]
 EOS_ID = VOCAB.index(EOS)
 MAX_DIGITS = 3
-SEQ = 16  # training window: "999+999=1998" + EOS is 13 tokens
+SEQ = 12  # "999+999=1998" + EOS is 13 tokens: 12 inputs predict the 12 next ones
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "packages" / "core" / "src" / "omnitensor" / "data" / "char-gpt"
 

@@ -116,24 +116,25 @@ class CpuBackend(Backend):
             donated: frozenset[int] = frozenset()) -> list[Any]:
         """Run the plan; outputs are read-only (views of inputs where ops allow).
 
-        `donated` is accepted; the plan never writes an input, donated or not, yet.
+        Inputs at the `donated` positions may be written in place (a KV cache updated by
+        `dynamic_update_slice`); no other input is ever written.
         """
         if not isinstance(executable, CpuExecutable):
             raise TypeError(f"cpu: cannot run {type(executable).__name__} (expected "
                             f"CpuExecutable)")
         function = executable.function
-        arrays = [np.asarray(x) for x in inputs]
+        arrays = [x if type(x) is np.ndarray else np.asarray(x) for x in inputs]
         if executable.first_run_s is None:
             for spec, array in zip(function.inputs, arrays, strict=True):
                 check_result_input(spec.value.type, array)
             start = time.perf_counter()
-            outputs = executable.plan.run(arrays)
+            outputs = executable.plan.run(arrays, donated)
             executable.first_run_s = time.perf_counter() - start
             logger.info("cpu: %s compiled in %.3f s, first run %.3f s (%d steps, %d fused)",
                         function.name, executable.compile_s, executable.first_run_s,
                         len(executable.plan.steps), len(executable.plan.groups))
         else:
-            outputs = executable.plan.run(arrays)
+            outputs = executable.plan.run(arrays, donated)
         input_ids = {id(x) for x in arrays}
         return [out if id(out) in input_ids else _read_only(out) for out in outputs]
 

@@ -25,7 +25,7 @@ from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, rows
+from . import codegen, quant, rows
 from .codegen import FusedGroup
 
 __all__ = ["Plan", "build_plan"]
@@ -105,8 +105,12 @@ class Plan:
             slots[slot] = raws[buf][:nbytes].view(dtype).reshape(shape)
         return slots
 
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        """Run the steps on `inputs`; return the output slots."""
+    def run(self, inputs: Sequence[Any], donated: frozenset[int] = frozenset()) -> list[Any]:
+        """Run the steps on `inputs`; return the output slots.
+
+        Inputs whose positions are in `donated` may be written in place (their callers gave
+        them up), e.g. a KV cache by `dynamic_update_slice`.
+        """
         # NOTE: the arena is built on first use and reused; a concurrent run of the same plan
         # gets a private one instead of waiting (or racing).
         owned = self._lock.acquire(blocking=False)
@@ -119,6 +123,7 @@ class Plan:
                 slots = self.new_arena()
             for slot, array in zip(self.input_slots, inputs, strict=True):
                 slots[slot] = array
+            slots[-1] = donated
             with np.errstate(all="ignore"):
                 for step in self.steps:
                     step(slots)
@@ -233,6 +238,89 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
     return _Draft([lhs, rhs], [out], make, owned, "blas")
 
 
+def _qmatmul_step(inst: Instruction, index: int) -> _Draft | None:
+    """`qmatmul` of float32 activations by a weight format `quant` has a kernel for."""
+    x_t, out_t = inst.operands[0].type, inst.results[0].type
+    w_t = inst.operands[1].type
+    assert isinstance(x_t, TensorType) and isinstance(out_t, TensorType)
+    fmt = inst.attrs["format"]
+    if fmt not in quant.FORMATS or x_t.dtype != float32 or out_t.size == 0:
+        return None
+    shape = tuple(getattr(w_t, "logical_shape", ()))
+    n, k = shape
+    m = out_t.size // n
+    x, w, out = inst.operands[0].id, inst.operands[1].id, inst.results[0].id
+    owned = [_Owned(out, out_t.shape, out_t.dtype.np, index)]
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[out]
+
+        def step(slots: Slots) -> None:
+            packed = quant.packed_for(slots[w], fmt, shape)
+            result = get(slots)
+            lhs = np.ascontiguousarray(slots[x]).reshape(m, k)
+            quant.qmatmul(lhs, packed, result.reshape(m, n))
+            slots[out] = result
+
+        return step
+
+    return _Draft([x, w], [out], make, owned, "quant")
+
+
+def _update_step(inst: Instruction, function: Function, idx: int) -> _Draft | None:
+    """`dynamic_update_slice` of a donated input that nothing else reads: written in place.
+
+    A KV cache is donated to each decode step and updated one row at a time: copying it per
+    step would cost as much as the attention itself. When the operand is a function input read
+    by no other instruction (and is not itself an output), a run that donated it writes the
+    update into its buffer; otherwise (not donated, or a read-only view) the step copies.
+    """
+    operand = inst.operands[0].id
+    positions = {i.value.id: n for n, i in enumerate(function.inputs)}
+    if operand not in positions or any(v.id == operand for v in function.outputs):
+        return None
+    if any(v.id == operand for other in function.body[idx + 1:] for v in other.operands):
+        return None
+    if any(v.id == operand for other in function.body[:idx] for v in other.operands):
+        return None
+    position = positions[operand]
+    update = inst.operands[1].id
+    starts = [v.id for v in inst.operands[2:]]
+    out = inst.results[0].id
+    op_t = inst.operands[0].type
+    up_t = inst.operands[1].type
+    assert isinstance(op_t, TensorType) and isinstance(up_t, TensorType)
+    dims, sizes = op_t.shape, up_t.shape
+
+    def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
+        def step(slots: Slots) -> None:
+            buf = slots[operand]
+            if position in slots[-1] and _writable(buf):
+                target = buf
+            else:
+                target = np.array(buf, copy=True)
+            index = tuple(slice(s, s + n) for s, n in (
+                (min(max(int(slots[i]), 0), d - n), n)
+                for i, d, n in zip(starts, dims, sizes, strict=True)))
+            target[index] = slots[update]
+            slots[out] = target
+
+        return step
+
+    return _Draft([operand, update, *starts], [out], make, [], "inplace")
+
+
+def _writable(array: Array) -> bool:
+    """Make a donated buffer writable again (uploads and outputs are handed out read-only)."""
+    if array.flags.writeable:
+        return True
+    try:
+        array.flags.writeable = True
+    except ValueError:  # a view of a read-only base: copy instead
+        return False
+    return True
+
+
 # --- grouping ----------------------------------------------------------------------------------
 
 
@@ -337,7 +425,8 @@ def build_plan(function: Function) -> Plan:
     groups = _groups(function, row_insts)
     grouped = {id(i) for g in groups.values() for i in g.insts}
     drafts: list[_Draft] = []
-    template: list[Any] = [None] * function._next_value
+    # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
+    template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
         if idx in fused_row:
             drafts.append(rows.row_step(fused_row[idx], len(drafts), _Draft, _Owned))
@@ -353,7 +442,13 @@ def build_plan(function: Function) -> Plan:
         if inst.op == "constant":
             template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
             continue
-        draft = _dot_step(inst, len(drafts)) if inst.op == "dot_general" else None
+        draft = None
+        if inst.op == "dot_general":
+            draft = _dot_step(inst, len(drafts))
+        elif inst.op == "qmatmul":
+            draft = _qmatmul_step(inst, len(drafts))
+        elif inst.op == "dynamic_update_slice":
+            draft = _update_step(inst, function, idx)
         draft = draft or _reference_step(inst)
         draft.label = f"{draft.kind}:{inst.op}{_shape_of(inst)}"
         drafts.append(draft)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
 
 from omnitensor.backend import Backend, BackendSpec, hookimpl
 
-__all__ = ["omnitensor_register_backends"]
+__all__ = ["omnitensor_prepare_weight", "omnitensor_register_backends"]
 
 #: The backend contract version this distribution implements (a literal on purpose: the core
 #: compares it with its own `CONTRACT_VERSION`).
@@ -49,3 +50,24 @@ def omnitensor_register_backends() -> list[BackendSpec]:
             distribution="omnitensor-backend-cpu",
         )
     ]
+
+
+@hookimpl
+def omnitensor_prepare_weight(backend: Backend, name: str, array: Any, type: Any) -> Any | None:
+    """Repack quantized weights of the ``cpu`` backend once, at load (see `quant`).
+
+    The plan finds the repacked form by the buffer's identity, so the buffer itself is returned
+    unchanged (reference kernels such as `dequantize` keep reading the ggml blocks).
+    """
+    if getattr(backend, "name", None) != "cpu":
+        return None
+    fmt = getattr(type, "format", None)
+    shape = tuple(getattr(type, "logical_shape", ()))
+    if fmt is None or len(shape) != 2:
+        return None
+    from . import quant
+
+    if fmt not in quant.FORMATS:
+        return None
+    quant.packed_for(array, fmt, shape)  # type: ignore[arg-type]
+    return array

@@ -16,7 +16,6 @@ import numpy as np
 
 from omnitensor.backend import Backend, Capabilities, Executable
 from omnitensor.dtypes import ALL, DType, as_dtype, bfloat16
-from omnitensor.errors import UnsupportedError
 from omnitensor.ir import Function, Instruction, OpDef, all_ops
 from omnitensor.ir.types import TensorType
 from omnitensor.ir.verify import verify

@@ -26,8 +26,17 @@ from omnitensor.ir.types import QTensorType, TensorType, Value
 
 from . import kernels
 from .kernels import MAX_RANK, QUANT_BLOCKS
-from .source import PRELUDE, WARP, Arg, compute_type, elementwise_expr, load_expr, \
-    storage_type, store_expr, thread_kernel
+from .source import (
+    PRELUDE,
+    WARP,
+    Arg,
+    compute_type,
+    elementwise_expr,
+    load_expr,
+    storage_type,
+    store_expr,
+    thread_kernel,
+)
 
 __all__ = ["Lowered", "Step", "View", "lower", "row_major"]
 
@@ -86,7 +95,8 @@ class Iota:
 class Step:
     """One launch. ``kind``: ``thread``/``warp`` (a CUDA C kernel over `n` threads or rows) or
     ``matmul`` (cuBLAS through cupy.matmul; params = [batch, m, n, k, then offset and 3 strides
-    per operand and the output]). `slots` lists bound buffers, the written one last."""
+    per operand and the output]). `slots` lists bound buffers, the written one last.
+    """
 
     kind: str
     name: str

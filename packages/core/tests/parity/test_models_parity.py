@@ -10,7 +10,6 @@ a skip is a failure.
 
 from __future__ import annotations
 
-import json
 import string
 from collections.abc import Callable
 from pathlib import Path

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.contract import Backend
+from ..backend.registry import prepare_weight
 from ..dtypes import float32, int32
 from ..errors import ShapeError
 from ..functional import overrides
@@ -71,7 +72,11 @@ class CompiledModel:
     def _upload(self, name: str, value: Any, keep_quantized: bool) -> Tensor:
         if isinstance(value, QuantizedArray):
             if keep_quantized:
-                node = Node.from_buffer(self.backend.upload(value.blocks), value.type, self.backend)
+                buffer = self.backend.upload(value.blocks)
+                # a backend may repack the blocks once, here, into a layout its kernels stream
+                prepared = prepare_weight(self.backend, name, buffer, value.type)
+                buffer = buffer if prepared is None else prepared
+                node = Node.from_buffer(buffer, value.type, self.backend)
                 return Tensor(node).mark_parameter(name)
             value = value.dequantize()
         array = np.asarray(value)

@@ -52,8 +52,8 @@ class ModelSpec:
             FormatError: naming the source and the offending field or step.
         """
         if not isinstance(data, Mapping):
-            raise FormatError(f"{source}: a model spec is a JSON object (got {type(data).__name__})",
-                              path=source)
+            raise FormatError(f"{source}: a model spec is a JSON object (got "
+                              f"{type(data).__name__})", path=source)
         for key in ("name", "kind", "forward"):
             if key not in data:
                 raise FormatError(f"{source}: missing field {key!r} (expected name, kind, forward)",
@@ -70,9 +70,15 @@ class ModelSpec:
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> ModelSpec:
         """A spec from JSON text or a path to a JSON file."""
-        path = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
-        text = path.read_text() if path is not None else str(text_or_path)
+        raw = str(text_or_path)
+        is_text = isinstance(text_or_path, str) and raw.lstrip()[:1] in ("{", "[")
+        path = None if is_text else Path(text_or_path)
         source = str(path) if path is not None else "<json>"
+        try:
+            text = path.read_text(encoding="utf-8") if path is not None else raw
+        except (OSError, UnicodeDecodeError) as error:
+            raise FormatError(f"{source}: cannot read the model spec ({error})",
+                              path=source) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:

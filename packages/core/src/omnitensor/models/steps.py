@@ -171,7 +171,7 @@ def _eps(ctx: StepContext, s: Mapping[str, Any]) -> float:
 
 @step("Embedding")
 def _embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = weight[input] (token ids -> vectors)."""
+    """Out = weight[input] (token ids -> vectors)."""
     table = ctx.weight(s["weight"], dense=True)
     assert table is not None
     ctx.values[s["output"]] = F.embedding(ctx.value(s.get("input", "tokens")), table)
@@ -179,7 +179,7 @@ def _embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
 
 @step("PositionEmbedding")
 def _position_embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = input + weight[positions] (learned absolute positions, GPT-2 and BERT)."""
+    """Out = input + weight[positions] (learned absolute positions, GPT-2 and BERT)."""
     table = ctx.weight(s["weight"], dense=True)
     assert table is not None
     ctx.values[s["output"]] = ctx.value(s["input"]) + F.embedding(ctx.positions, table)
@@ -187,7 +187,7 @@ def _position_embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
 
 @step("TokenTypeEmbedding")
 def _token_type(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = input + weight[0] (BERT's segment embedding; omnitensor embeds one segment)."""
+    """Out = input + weight[0] (BERT's segment embedding; omnitensor embeds one segment)."""
     table = ctx.weight(s["weight"], dense=True)
     assert table is not None
     ctx.values[s["output"]] = ctx.value(s["input"]) + table[0]
@@ -195,7 +195,7 @@ def _token_type(ctx: StepContext, s: Mapping[str, Any]) -> None:
 
 @step("LayerNorm")
 def _layer_norm(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = layer_norm(input) * weight + bias over the last axis."""
+    """Out = layer_norm(input) * weight + bias over the last axis."""
     x = ctx.value(s["input"])
     w = ctx.weight(s["weight"], dense=True)
     b = ctx.weight(s.get("bias", s["weight"].replace(".weight", ".bias")), optional=True,
@@ -205,7 +205,7 @@ def _layer_norm(ctx: StepContext, s: Mapping[str, Any]) -> None:
 
 @step("RmsNorm")
 def _rms_norm(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = input / rms(input) * weight over the last axis."""
+    """Out = input / rms(input) * weight over the last axis."""
     x = ctx.value(s["input"])
     w = ctx.weight(s["weight"], dense=True)
     ctx.values[s["output"]] = F.rms_norm(x, x.shape[-1], w, eps=_eps(ctx, s))
@@ -213,7 +213,7 @@ def _rms_norm(ctx: StepContext, s: Mapping[str, Any]) -> None:
 
 @step("Add")
 def _add(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = sum of inputs (residual connections)."""
+    """Out = sum of inputs (residual connections)."""
     names = s["inputs"]
     out = ctx.value(names[0])
     for name in names[1:]:
@@ -333,7 +333,7 @@ def _mean_pool(ctx: StepContext, s: Mapping[str, Any]) -> None:
 
 @step("Normalize")
 def _normalize(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """out = input / max(||input||_2, 1e-12) along the last axis."""
+    """Out = input / max(||input||_2, 1e-12) along the last axis."""
     x = ctx.value(s["input"])
     norm = (x * x).sum(axis=-1, keepdims=True).sqrt().clip(1e-12)
     ctx.values[s["output"]] = x / norm

@@ -140,7 +140,10 @@ class CausalLM(LoadedModel):
                 f"{need} exceeds the context length {model.context_length}; shorten the prompt "
                 "or ask for fewer tokens")
         width = bucket(longest)
-        capacity = min(bucket(width + max_new_tokens), max(model.context_length, width))
+        # Slots, not positions, fill the cache: left padding to the bucket takes slots too, so
+        # a prompt that fits the context may need more slots than context_length.
+        needed = width + max(max_new_tokens - 1, 0)  # the last sampled token is never fed
+        capacity = max(min(bucket(width + max_new_tokens), model.context_length), needed)
         pads = [width - len(x) for x in ids]  # left padding: every row ends at slot width-1
         tokens = np.zeros((b, width), np.int64)
         for row, x in enumerate(ids):

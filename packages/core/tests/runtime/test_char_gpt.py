@@ -1,0 +1,144 @@
+"""The shipped char-gpt adder (both formats, the CLI) and one compile per decode bucket."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import omnitensor as ot
+from omnitensor.cli.generate import resolve_model, shipped_model
+from omnitensor.cli.main import main
+from omnitensor.io.safetensors import write_safetensors
+from omnitensor.io.tokenizer import char_tokenizer
+from omnitensor.runtime import CausalLM, load_model
+from omnitensor.tensor.realize import stats
+
+
+@pytest.fixture(autouse=True)
+def _ref_backend() -> Iterator[None]:
+    pytest.importorskip("omnitensor_backend_ref")
+    with ot.use_backend("ref"):
+        yield
+
+
+def _heldout(count: int = 6) -> list[tuple[int, int]]:
+    """Problems the example held out of training (recorded in the shipped config.json)."""
+    config = json.loads((shipped_model() / "config.json").read_text())
+    return [tuple(p) for p in config["omnitensor_training"]["heldout_sample"][:count]]
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, CausalLM]:
+    with ot.use_backend("ref"):
+        return {fmt: load_model(shipped_model(name), "ref")
+                for fmt, name in (("hf", "char-gpt"), ("gguf", "char-gpt.gguf"))}
+
+
+def test_shipped_model_files() -> None:
+    directory = shipped_model()
+    names = {p.name for p in directory.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "char-gpt.gguf"} <= names
+    assert sum(p.stat().st_size for p in directory.iterdir()) < 5_000_000
+    config = json.loads((directory / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+    assert resolve_model(None) == directory
+    assert resolve_model("char-gpt.gguf") == directory / "char-gpt.gguf"
+
+
+@pytest.mark.parametrize("fmt", ["hf", "gguf"])
+def test_shipped_model_adds_heldout_problems(models: dict[str, CausalLM], fmt: str) -> None:
+    lm = models[fmt]
+    for a, b in _heldout():
+        gen = lm.generate(f"{a}+{b}=", 6, temperature=0)
+        assert gen.text == str(a + b), (fmt, a, b, gen.text)
+        assert gen.stop_reason == "eos"
+
+
+def test_both_formats_agree(models: dict[str, CausalLM]) -> None:
+    prompts = [f"{a}+{b}=" for a, b in _heldout(12)]
+    hf = [g.token_ids for g in models["hf"].generate(prompts, 6)]
+    gguf = [g.token_ids for g in models["gguf"].generate(prompts, 6)]
+    assert hf == gguf
+    tokens = np.asarray([models["hf"].tokenizer.encode(prompts[0])], np.int64)
+    for fmt in ("hf", "gguf"):
+        assert models[fmt].tokenizer.encode(prompts[0]) == tokens[0].tolist()
+
+
+def test_cli_generate_prints_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _heldout(1)[0]
+    assert main(["generate", "char-gpt", f"{a}+{b}=", "--backend", "ref"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"{a}+{b}={a + b}"
+    assert "tok/s" in captured.err and "decode" in captured.err
+
+
+def test_cli_generate_default_model_and_gguf(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _heldout(2)[1]
+    assert main(["generate", f"{a}+{b}=", "--backend", "ref", "--no-echo"]) == 0
+    assert capsys.readouterr().out.strip() == str(a + b)
+    assert main(["generate", "char-gpt.gguf", f"{a}+{b}=", "--backend", "ref"]) == 0
+    assert capsys.readouterr().out.strip() == f"{a}+{b}={a + b}"
+
+
+def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["generate", str(tmp_path / "missing"), "1+1=", "--backend", "ref"]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert main(["generate", "char-gpt", "1+1=", "--max-new-tokens", "100",
+                 "--backend", "ref"]) == 1
+    assert "context length" in capsys.readouterr().err
+
+
+def test_cli_embed_rejects_a_causal_lm(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["embed", "char-gpt", "1+1=", "--backend", "ref"]) == 2
+    assert "not an encoder" in capsys.readouterr().err
+
+
+# --- one compile per bucket ---------------------------------------------------------------------
+
+
+def _tiny_gpt2(directory: Path, *, context: int = 512, dim: int = 16, seed: int = 0) -> Path:
+    """A random 1-layer GPT-2 in the Hugging Face layout; no EOS, so it never stops early."""
+    rng = np.random.default_rng(seed)
+    tokenizer = char_tokenizer("abcdefgh ")
+    vocab = tokenizer.vocab_size
+
+    def mat(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+    weights = {"transformer.wte.weight": mat(vocab, dim),
+               "transformer.wpe.weight": mat(context, dim),
+               "transformer.ln_f.weight": 1 + mat(dim), "transformer.ln_f.bias": mat(dim)}
+    h = "transformer.h.0."
+    for name, shape in (("ln_1", None), ("ln_2", None), ("attn.c_attn", (dim, 3 * dim)),
+                        ("attn.c_proj", (dim, dim)), ("mlp.c_fc", (dim, 4 * dim)),
+                        ("mlp.c_proj", (4 * dim, dim))):
+        out = shape[1] if shape else dim
+        weights[h + name + ".weight"] = mat(*shape) if shape else 1 + mat(dim)
+        weights[h + name + ".bias"] = mat(out)
+    directory.mkdir()
+    write_safetensors(directory / "model.safetensors", weights)
+    (directory / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": vocab,
+        "n_positions": context, "n_embd": dim, "n_layer": 1, "n_head": 2}))
+    tokenizer.save(directory / "tokenizer.json")
+    return directory
+
+
+def test_256_decode_tokens_cost_one_compile_per_bucket(tmp_path: Path) -> None:
+    lm = load_model(_tiny_gpt2(tmp_path / "tiny"), "ref")
+    before = stats.snapshot()
+    gen = lm.generate("abc", 256, temperature=0)
+    compiles = stats.compiles - before["compiles"]
+    assert len(gen.token_ids) == 256
+    # One prefill program (length bucket 4) and one decode program (length 1), each possibly
+    # split into a hoisted parameter prelude and its main part: never one per token.
+    assert lm.model._prefill.traces == 2
+    assert 2 <= compiles <= 4
+    again = stats.compiles
+    lm.generate("abd", 256, temperature=0)  # same buckets: nothing compiles
+    assert stats.compiles == again
+    assert lm.model._prefill.traces == 2
