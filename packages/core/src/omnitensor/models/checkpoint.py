@@ -83,14 +83,11 @@ def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoin
     tokenizer = Tokenizer.from_hf_dir(path) if directory.tokenizer_path is not None else None
     runtime = dict(directory.config.get("omnitensor_runtime", {}))
     hparams = dataclasses.asdict(hp)
-    # NOTE: transformers >= 5 writes rope_theta and the scaling rule into "rope_parameters"
-    # instead of top-level "rope_theta" / "rope_scaling".
+    # NOTE: transformers >= 5 writes the scaling rule into "rope_parameters" (io.names reads
+    # the base from there too) instead of a top-level "rope_scaling".
     rope = directory.config.get("rope_parameters")
-    if isinstance(rope, dict):
-        if rope.get("rope_theta") is not None and directory.config.get("rope_theta") is None:
-            hparams["rope_freq_base"] = float(rope["rope_theta"])
-        if rope.get("rope_type", "default") != "default":
-            hparams["rope_scaling"] = rope
+    if isinstance(rope, dict) and rope.get("rope_type", "default") != "default":
+        hparams["rope_scaling"] = rope
     if directory.config.get("rope_scaling"):
         hparams["rope_scaling"] = directory.config["rope_scaling"]
     if directory.config.get("head_dim"):
