@@ -5,7 +5,7 @@ and run through ``backend.run``; the competitors compute the same thing. All sys
 interleaved, round by round, in this one process, and medians and ratios are printed (the
 ratios are what counts on a shared machine).
 
-    python benchmarks/cpu_kernels.py [--rounds 15] [--only gelu,softmax,matmul]
+    python benchmarks/cpu_kernels.py [--rounds 15] [--only gelu,softmax,rms_norm,layer_norm,matmul]
 """
 
 from __future__ import annotations
@@ -61,6 +61,39 @@ def softmax_rows(rows: int, cols: int) -> Function:
     return b.build([y])
 
 
+def rms_norm_rows(rows: int, cols: int) -> Function:
+    """RMS norm with a weight, as the functional decomposes it (x * rsqrt(mean(x^2) + eps) * w)."""
+    b = Builder("rms_norm")
+    x = b.input(TensorType((rows, cols), float32))
+    w = b.input(TensorType((cols,), float32))
+    shape, keep = (rows, cols), (rows, 1)
+    s = b.emit("reshape", b.emit("reduce_sum", b.emit("mul", x, x), axes=(1,)), shape=keep)
+    mean = b.emit("div", s, _scalar(b, float(cols), keep))
+    r = b.emit("rsqrt", b.emit("add", mean, _scalar(b, 1e-6, keep)))
+    y = b.emit("mul", x, b.emit("broadcast_in_dim", r, shape=shape, dims=(0, 1)))
+    return b.build([b.emit("mul", y, b.emit("broadcast_in_dim", w, shape=shape, dims=(1,)))])
+
+
+def layer_norm_rows(rows: int, cols: int) -> Function:
+    """Layer norm with weight and bias, as the functional decomposes it."""
+    b = Builder("layer_norm")
+    x = b.input(TensorType((rows, cols), float32))
+    w = b.input(TensorType((cols,), float32))
+    bias = b.input(TensorType((cols,), float32))
+    shape, keep = (rows, cols), (rows, 1)
+
+    def mean(v: Any) -> Any:
+        s = b.emit("reshape", b.emit("reduce_sum", v, axes=(1,)), shape=keep)
+        return b.emit("broadcast_in_dim", b.emit("div", s, _scalar(b, float(cols), keep)),
+                      shape=shape, dims=(0, 1))
+
+    c = b.emit("sub", x, mean(x))
+    var = mean(b.emit("mul", c, c))
+    y = b.emit("mul", c, b.emit("rsqrt", b.emit("add", var, _scalar(b, 1e-5, shape))))
+    y = b.emit("mul", y, b.emit("broadcast_in_dim", w, shape=shape, dims=(1,)))
+    return b.build([b.emit("add", y, b.emit("broadcast_in_dim", bias, shape=shape, dims=(1,)))])
+
+
 def matmul(n: int) -> Function:
     """An n x n float32 matrix product."""
     b = Builder("matmul")
@@ -96,6 +129,28 @@ def _workloads(only: set[str]) -> list[tuple[str, Function, list[Array], dict[st
             tx = torch.from_numpy(x)
             comp["torch"] = lambda: torch.softmax(tx, dim=1)
         out.append(("row softmax 4096x4096 f32", softmax_rows(4096, 4096), [x], comp))
+    if "rms_norm" in only:
+        x = rng.normal(size=(4096, 4096)).astype(np.float32)
+        w = rng.normal(size=4096).astype(np.float32)
+        comp = {"numpy": lambda: x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w}
+        if torch is not None and hasattr(torch.nn.functional, "rms_norm"):
+            tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+            comp["torch"] = lambda: torch.nn.functional.rms_norm(tx, (4096,), tw, 1e-6)
+        out.append(("RMS norm 4096x4096 f32", rms_norm_rows(4096, 4096), [x, w], comp))
+    if "layer_norm" in only:
+        x = rng.normal(size=(4096, 4096)).astype(np.float32)
+        w, bias = (rng.normal(size=4096).astype(np.float32) for _ in range(2))
+
+        def np_ln() -> Array:
+            c = x - x.mean(axis=1, keepdims=True)
+            return c / np.sqrt((c * c).mean(axis=1, keepdims=True) + 1e-5) * w + bias
+
+        comp = {"numpy": np_ln}
+        if torch is not None:
+            tx, tw, tb = (torch.from_numpy(a) for a in (x, w, bias))
+            comp["torch"] = lambda: torch.nn.functional.layer_norm(tx, (4096,), tw, tb, 1e-5)
+        out.append(("layer norm 4096x4096 f32", layer_norm_rows(4096, 4096), [x, w, bias],
+                    comp))
     if "matmul" in only:
         for n in (1024, 2048):
             a, c = (rng.normal(size=(n, n)).astype(np.float32) for _ in range(2))
@@ -111,7 +166,7 @@ def main() -> None:
     """Run the selected workloads and print medians and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--only", default="gelu,softmax,matmul")
+    parser.add_argument("--only", default="gelu,softmax,rms_norm,layer_norm,matmul")
     args = parser.parse_args()
     backend = get_backend("cpu")
     print(f"backend: {backend!r} {backend.device_info()}; torch: "

@@ -173,7 +173,7 @@ def step_overhead(system: OmniSystem, steps: int = 16) -> tuple[float, float] | 
     kernel_time = [0.0]
     original = cpu_plan.Plan.run
 
-    def timed_run(self: Any, inputs: Any) -> Any:
+    def timed_run(self: Any, inputs: Any, *rest: Any) -> Any:
         # NOTE: time each plan step as a whole; what is left of the step is Python overhead
         # (tensor layer, jit cache lookup, input realization, the plan loop's own bookkeeping).
         steps_, spent = self.steps, 0.0
@@ -187,7 +187,7 @@ def step_overhead(system: OmniSystem, steps: int = 16) -> tuple[float, float] | 
             wrapped.append(timed)
         self.steps = wrapped
         try:
-            return original(self, inputs)
+            return original(self, inputs, *rest)
         finally:
             self.steps = steps_
             kernel_time[0] += spent

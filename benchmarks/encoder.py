@@ -1,11 +1,10 @@
-"""Sentence-embedding figure of the speed table: omnitensor against sentence-transformers and
-transformers on the same weights, same run.
+"""Sentence-embedding figure of the speed table: omnitensor vs sentence-transformers/transformers.
 
-A BERT with all-MiniLM-L6-v2's shape (6 layers, hidden 384, 12 heads, intermediate 1536, vocab
-30522) gets random weights (seed 0) and is saved with transformers' ``save_pretrained`` to a
-temporary folder, with a WordPiece ``tokenizer.json`` (built with the ``tokenizers`` library, the
-vocabulary padded to 30522 entries). 256 synthetic sentences of about 23 tokens each (drawn from a
-word list, seed 1) are embedded in batches of 32 by:
+Same weights, same run. A BERT with all-MiniLM-L6-v2's shape (6 layers, hidden 384, 12 heads,
+intermediate 1536, vocab 30522) gets random weights (seed 0) and is saved with transformers'
+``save_pretrained`` to a temporary folder, with a WordPiece ``tokenizer.json`` (built with the
+``tokenizers`` library, the vocabulary padded to 30522 entries). 256 synthetic sentences of
+about 23 tokens each (drawn from a word list, seed 1) are embedded in batches of 32 by:
 
 - ``omni-<backend>``: `omnitensor.runtime.load_model(folder, backend).embed(...)` (mean pooling
   and L2 normalization come from the BERT spec);
@@ -104,7 +103,7 @@ def save_model(folder: Path, shape: dict[str, int]) -> Path:
 
     torch.manual_seed(0)
     config = BertConfig(**shape, max_position_embeddings=512, torch_dtype="float32")
-    model = BertModel(config, add_pooling_layer=False).eval()
+    model = BertModel(config).eval()  # the pooler is saved too (unused by mean pooling)
     hf = folder / "bert"
     model.save_pretrained(hf, safe_serialization=True)
     fast = PreTrainedTokenizerFast(tokenizer_object=_tokenizer(shape["vocab_size"]),
@@ -116,11 +115,11 @@ def save_model(folder: Path, shape: dict[str, int]) -> Path:
 
 
 def make_sentences(n: int, seed: int = 1) -> list[str]:
-    """`n` sentences of 19..23 words plus a period: 21..25 tokens with [CLS]/[SEP] (mean ~23)."""
+    """`n` sentences of 18..22 words plus a period: 21..25 tokens with [CLS]/[SEP] (mean 23)."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        words = [WORDS[i] for i in rng.integers(0, len(WORDS), int(rng.integers(19, 24)))]
+        words = [WORDS[i] for i in rng.integers(0, len(WORDS), int(rng.integers(18, 23)))]
         out.append(" ".join(words).capitalize() + ".")
     return out
 
@@ -137,6 +136,7 @@ class OmniSystem:
         self.model = load_model(path, backend)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        """(N, C) float32 embeddings of `texts`."""
         return np.asarray(self.model.embed(list(texts), batch_size=BATCH))
 
 
@@ -158,6 +158,7 @@ class SentenceTransformersSystem:
         self.torch = torch
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        """(N, C) float32 embeddings of `texts`."""
         return np.asarray(self.model.encode(list(texts), batch_size=BATCH, convert_to_numpy=True,
                                             show_progress_bar=False))
 
@@ -174,6 +175,7 @@ class TransformersSystem:
         self.model = AutoModel.from_pretrained(path, torch_dtype=torch.float32).eval()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        """(N, C) float32 embeddings of `texts`."""
         torch = self.torch
         chunks = []
         with torch.inference_mode():

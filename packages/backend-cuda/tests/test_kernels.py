@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnitensor.dtypes import ALL, DType, bfloat16, float16, float32, float64
+from omnitensor.dtypes import ALL, INTEGER, bfloat16, float16, float32, float64
 from omnitensor.ir import all_ops, quant_blocks
 from omnitensor.ir.opdef import Trait
-from omnitensor_backend_cuda import kernels
-from omnitensor_backend_cuda.nvcc import HostLibrary, compile_ptx
+from omnitensor_backend_cuda import indexing, kernels
+from omnitensor_backend_cuda.nvcc import HostLibrary, check_ptx, compile_checked
 from omnitensor_backend_cuda.source import elementwise_expr
 
 FLOATS = (float32, float16, bfloat16, float64)
@@ -38,14 +38,28 @@ def _all_sources() -> dict[str, str]:
         for d in (64, 128):
             name, src = kernels.attention_source(dtype, d)
             out[name] = src
-    return out
+    return out | _indexing_sources()
+
+
+def _indexing_sources() -> dict[str, str]:
+    """Every kernel `indexing` can generate (pure copies come per element size)."""
+    made = [indexing.pad_source(size) for size in indexing.BITS]
+    for index in INTEGER:
+        made += [indexing.gather_source(size, index) for size in indexing.BITS]
+        made += [indexing.scatter_add_source(dtype, index) for dtype in
+                 all_ops()["scatter_add"].dtypes if dtype not in (float16, bfloat16)]
+    for dtype in all_ops()["cumsum"].dtypes:
+        made.append(indexing.cumsum_source(dtype))
+        made += [indexing.sort_source(dtype, top_k=k) for k in (False, True)]
+    for distribution, dtypes in indexing.RNG_DISTRIBUTIONS.items():
+        made += [indexing.rng_source(dtype, distribution) for dtype in dtypes]
+    return dict(made)
 
 
 def test_every_fixed_kernel_compiles_to_ptx(nvcc: str) -> None:
     sources = _all_sources()
-    ptx = compile_ptx("".join(sources.values()))  # one nvcc run; every text verbatim
-    for name in sources:
-        assert f".entry {name}(" in ptx, name
+    assert len(sources) > 200
+    check_ptx(sources)  # two concurrent nvcc runs; every text verbatim; every entry present
 
 
 def test_every_elementwise_template_x_dtype_compiles(nvcc: str) -> None:
@@ -74,25 +88,30 @@ def test_every_elementwise_template_x_dtype_compiles(nvcc: str) -> None:
             fn = b.build([b.emit("convert", x, dtype=dst_t)])
             for step in lower(fn).steps:
                 sources[step.name] = step.source
-    ptx = compile_ptx("".join(sources.values()))
-    assert all(f".entry {n}(" in ptx for n in sources)
+    check_ptx(sources)
     assert elementwise_expr("add", float16, ["a", "b"], {}, float16) == "ot_rh((a + b))"
 
 
-def _dt(dtype: DType) -> np.dtype:  # type: ignore[type-arg]
-    return np.dtype(np.uint16) if dtype in (float16, bfloat16) else dtype.np
+@pytest.fixture(scope="module")
+def host(nvcc: str) -> HostLibrary:
+    """One host library (and PTX) of every kernel the logic tests below run."""
+    made = [kernels.row_source(k, float32) for k in ("softmax", "layer_norm", "rms_norm")]
+    made.append(kernels.attention_source(float32, 64))
+    for fmt in kernels.QUANT_BLOCKS:
+        made += [kernels.qmatmul_source(fmt, float32), kernels.dequantize_source(fmt, float32)]
+    return compile_checked(dict(made))
 
 
 @pytest.mark.parametrize("fmt", list(kernels.QUANT_BLOCKS))
-def test_qmatmul_and_dequantize_logic_on_host(nvcc: str, fmt: str) -> None:
+def test_qmatmul_and_dequantize_logic_on_host(host: HostLibrary, fmt: str) -> None:
     rng = np.random.default_rng(0)
     w = rng.normal(size=(5, 512)).astype(np.float32)
     q = quant_blocks.quantize(w, fmt)
     x = rng.normal(size=(3, 512)).astype(np.float32)
     qk, qb = kernels.QUANT_BLOCKS[fmt]
-    name, src = kernels.qmatmul_source(fmt, float32)
-    dname, dsrc = kernels.dequantize_source(fmt, float32)
-    lib = HostLibrary(src + dsrc)
+    name, _ = kernels.qmatmul_source(fmt, float32)
+    dname, _ = kernels.dequantize_source(fmt, float32)
+    lib = host
     y = np.zeros((3, 5), np.float32)
     lib.launch(name, 15, [15, 5, 512, qk, qb], [x, q, y])
     deq = quant_blocks.dequantize(q, fmt)
@@ -102,12 +121,12 @@ def test_qmatmul_and_dequantize_logic_on_host(nvcc: str, fmt: str) -> None:
     np.testing.assert_array_equal(d.reshape(5, 512), deq)
 
 
-def test_row_kernels_logic_on_host(nvcc: str) -> None:
+def test_row_kernels_logic_on_host(host: HostLibrary) -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(size=(4, 77)).astype(np.float32)
     w, bias = rng.normal(size=77).astype(np.float32), rng.normal(size=77).astype(np.float32)
     names = {k: kernels.row_source(k, float32) for k in ("softmax", "layer_norm", "rms_norm")}
-    lib = HostLibrary("".join(src for _, src in names.values()))
+    lib = host
     eps = np.float64(1e-5).view(np.int64)
     out = {}
     for kind, (name, _) in names.items():
@@ -123,16 +142,16 @@ def test_row_kernels_logic_on_host(nvcc: str) -> None:
     np.testing.assert_allclose(out["rms_norm"], rms, rtol=1e-4, atol=1e-5)
 
 
-def test_decode_attention_logic_on_host(nvcc: str) -> None:
+def test_decode_attention_logic_on_host(host: HostLibrary) -> None:
     rng = np.random.default_rng(2)
     b, hq, hkv, s, d, length = 1, 4, 2, 40, 64, 37
     q = rng.normal(size=(b * hq, d)).astype(np.float32)
     k = rng.normal(size=(b * hkv, s, d)).astype(np.float32)
     v = rng.normal(size=(b * hkv, s, d)).astype(np.float32)
-    name, src = kernels.attention_source(float32, d)
+    name, _ = kernels.attention_source(float32, d)
     y = np.zeros_like(q)
     scale = np.float64(1 / np.sqrt(d)).view(np.int64)
-    HostLibrary(src).launch(name, b * hq, [b * hq, hq, hkv, s, int(scale)],
+    host.launch(name, b * hq, [b * hq, hq, hkv, s, int(scale)],
                             [q, k, v, np.array([length], np.int32), y])
     kv = np.repeat(k[:, :length], hq // hkv, axis=0)
     vv = np.repeat(v[:, :length], hq // hkv, axis=0)

@@ -12,6 +12,7 @@ executable; only buffers that escape as outputs are fresh per run.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -221,8 +222,24 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
     lid = lperm == tuple(range(lhs_t.ndim))
     rid = rperm == tuple(range(rhs_t.ndim))
 
+    # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
+    matvec = (lhs_t.dtype == float32 and b == 1 and m <= quant.GEMV_MAX_ROWS and lid
+              and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
+
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
+        if matvec:
+            def gemv_step(slots: Slots) -> None:
+                w = slots[rhs]
+                result = get(slots)
+                if w.flags.c_contiguous:
+                    quant.gemv(np.ascontiguousarray(slots[lhs]).reshape(m, k), w,
+                               result.reshape(m, n))
+                else:
+                    np.matmul(slots[lhs].reshape(m, k), w.T, out=result.reshape(m, n))
+                slots[out] = result
+
+            return gemv_step
 
         def step(slots: Slots) -> None:
             a = slots[lhs] if lid else slots[lhs].transpose(lperm)
@@ -541,5 +558,37 @@ def _getter(owned: _Owned, in_arena: bool) -> Callable[[Slots], Array]:
     if in_arena:
         slot = owned.value
         return lambda slots: slots[slot]
-    shape, dtype = owned.shape, owned.dtype
-    return lambda slots: np.empty(shape, dtype)
+    return _OutputPool(owned.shape, owned.dtype)
+
+
+class _OutputPool:
+    """Buffers of one escaping value, reused once no one but the pool refers to them.
+
+    Outputs are handed out fresh (a caller may keep them), but a repeated step whose previous
+    outputs were dropped would otherwise fault in new pages every run (a fresh 64 MB output
+    costs about twice a reused one here). A buffer the caller still holds, or holds a view
+    of, has more references than the pool's own and is never touched.
+    """
+
+    _KEEP: Final = 2
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+        self.shape, self.dtype = shape, dtype
+        self.pool: list[Array] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, slots: Slots) -> Array:
+        if self.lock.acquire(blocking=False):
+            try:
+                for array in self.pool:
+                    # references: the pool's list, `array`, getrefcount's argument
+                    if sys.getrefcount(array) <= 3:
+                        array.flags.writeable = True
+                        return array
+                fresh = np.empty(self.shape, self.dtype)
+                if len(self.pool) < self._KEEP:
+                    self.pool.append(fresh)
+                return fresh
+            finally:
+                self.lock.release()
+        return np.empty(self.shape, self.dtype)

@@ -26,8 +26,11 @@ Array = np.ndarray[Any, Any]
 #: Formats with a kernel of their own.
 FORMATS: Final = frozenset({"q8_0"})
 
-#: Weight elements (N x K) from which the product runs on numba's thread pool.
-PARALLEL_THRESHOLD: Final = 1 << 21
+#: Weight elements (N x K) from which the product runs on numba's thread pool. High on purpose:
+#: on this shared 2-core machine a fork/join per matrix-vector product waits for descheduled
+#: threads (a 4864 x 896 product: 32 ms split over 2 threads, under 2 ms on one), so only
+#: products as large as an LM head are split.
+PARALLEL_THRESHOLD: Final = 1 << 24
 
 
 class Packed:
@@ -105,3 +108,42 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     n, k = packed.qs.shape
     kernel = _q8_rows_par if n * k >= PARALLEL_THRESHOLD else _q8_rows
     kernel(x, packed.qs, packed.d, out)
+
+
+@jit()
+def _f32_rows(x: Any, w: Any, out: Any) -> None:
+    m_rows, k = x.shape
+    for n in range(w.shape[0]):
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            for j in range(k):
+                acc += x[m, j] * w[n, j]
+            out[m, n] = acc
+
+
+@jit(parallel=True)
+def _f32_rows_par(x: Any, w: Any, out: Any) -> None:
+    m_rows, k = x.shape
+    for n in prange(w.shape[0]):
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            for j in range(k):
+                acc += x[m, j] * w[n, j]
+            out[m, n] = acc
+
+
+#: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS.
+GEMV_MAX_ROWS: Final = 4
+
+
+def gemv(x: Array, w: Array, out: Array) -> None:
+    """out (M, N) = x (M, K) @ w (N, K).T for a few rows M, float32, reading w once.
+
+    Why not BLAS: for a matrix-vector product OpenBLAS splits every call over all threads,
+    and on a shared 2-core machine each split waits for a descheduled thread (a 3 MB GEMV took
+    35 ms under load). One long reduction per output row streams the weight at memory speed;
+    only products large enough to pay for a fork/join use numba's pool.
+    """
+    n, k = w.shape
+    kernel = _f32_rows_par if n * k >= PARALLEL_THRESHOLD else _f32_rows
+    kernel(x, w, out)

@@ -29,9 +29,8 @@ __all__ = ["SUPPORTED_OPS", "CudaBackend", "CudaBuffer", "CudaExecutable"]
 logger = logging.getLogger(__name__)
 Array = np.ndarray[Any, Any]
 
-#: Ops without a CUDA lowering yet: declared unsupported (UnsupportedError before any work).
-UNSUPPORTED_OPS: Final = frozenset({"cumsum", "gather", "scatter_add", "dynamic_slice",
-                                    "dynamic_update_slice", "pad", "sort", "top_k", "rng"})
+#: Ops without a CUDA lowering: declared unsupported (UnsupportedError before any work).
+UNSUPPORTED_OPS: Final[frozenset[str]] = frozenset()
 #: Every other declared op runs, for every dtype its declaration allows.
 SUPPORTED_OPS: Final = frozenset(all_ops()) - UNSUPPORTED_OPS
 
@@ -57,7 +56,11 @@ class CudaBuffer:
 
 @final
 class CudaExecutable(Executable):
-    """A launch list bound to loaded kernels and uploaded parameter arrays."""
+    """A launch list bound to loaded kernels and uploaded parameter arrays.
+
+    `plans` caches, per set of donated inputs, the launches to replay and the slots bound to
+    input buffers (a donated KV cache is updated in place: its copy launch is dropped).
+    """
 
     def __init__(self, function: Function, lowered: Lowered,
                  launches: list[Callable[[list[Any]], None]], constants: dict[int, Any]) -> None:
@@ -65,6 +68,20 @@ class CudaExecutable(Executable):
         self.lowered = lowered
         self.launches = launches
         self.constants = constants
+        self.plans: dict[frozenset[int], tuple[list[Callable[[list[Any]], None]],
+                                               dict[int, int]]] = {}
+
+    def plan(self, donated: frozenset[int]) -> tuple[list[Callable[[list[Any]], None]],
+                                                     dict[int, int]]:
+        """(launches, slot -> input bindings) when the inputs `donated` may be written."""
+        found = self.plans.get(donated)
+        if found is None:
+            steps, bound = self.lowered.plan(donated)
+            keep = {id(s) for s in steps}
+            launches = [f for f, s in zip(self.launches, self.lowered.steps, strict=True)
+                        if id(s) in keep]
+            found = self.plans[donated] = (launches, bound)
+        return found
 
     @property
     def kernel_count(self) -> int:
@@ -205,9 +222,12 @@ class CudaBackend(Backend):
             raise TypeError(f"cuda: cannot run {type(executable).__name__} (expected "
                             f"CudaExecutable)")
         low = executable.lowered
+        launches, bound = executable.plan(frozenset(donated))
         slots: list[Any] = []
         for k, (shape, dtype) in enumerate(low.slot_shapes):
-            if k < low.n_inputs:
+            if k in bound:
+                slots.append(slots[bound[k]])
+            elif k < low.n_inputs:
                 buffer = inputs[k]
                 if _element_strides(buffer) != row_major(buffer.shape):
                     buffer = CudaBuffer(self.cp.ascontiguousarray(buffer.array), buffer.dtype)
@@ -217,7 +237,7 @@ class CudaBackend(Backend):
             else:
                 np_dtype = np.uint16 if dtype == bfloat16 else dtype.np
                 slots.append(self.cp.empty(shape, dtype=np_dtype))
-        for launch in executable.launches:
+        for launch in launches:
             launch(slots)
         return [CudaBuffer(as_strided(self.cp, slots[v.slot], v.shape, v.strides, v.offset),
                            v.dtype) for v in low.outputs]

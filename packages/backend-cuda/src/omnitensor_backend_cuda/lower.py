@@ -10,25 +10,23 @@ loop over `Step`s. The same `Lowered` runs on a GPU (`backend`) and on the host 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from omnitensor.dtypes import DType, bfloat16, float16, float32
+from omnitensor.dtypes import DType, bfloat16, float16, float32, uint8
 from omnitensor.errors import UnsupportedError
 from omnitensor.ir.opdef import Trait, get_op
 from omnitensor.ir.program import Function
 from omnitensor.ir.types import QTensorType, TensorType, Value
 
-from . import kernels
+from . import fusion, kernels, lower_ops
 from .kernels import MAX_RANK, QUANT_BLOCKS
+from .plan import Iota, Lowered, Node, Start, Step, View, kernel_name, row_major, words
 from .source import (
     PRELUDE,
-    WARP,
     Arg,
     compute_type,
     elementwise_expr,
@@ -41,95 +39,6 @@ from .source import (
 __all__ = ["Lowered", "Step", "View", "lower", "row_major"]
 
 _VIEW_OPS = ("transpose", "broadcast_in_dim", "slice", "reverse", "reshape")
-#: Threads per block of thread kernels; warps per block of warp kernels are in the source.
-BLOCK = 256
-
-
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major element strides of `shape`."""
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= dim
-    return tuple(reversed(strides))
-
-
-@dataclass(frozen=True)
-class View:
-    """An affine view of slot `slot`: element (i...) lives at offset + sum(i * strides)."""
-
-    slot: int
-    dtype: DType
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int = 0
-
-    def is_dense(self) -> bool:
-        """Row-major without gaps (size-1 dims ignored)."""
-        want = row_major(self.shape)
-        return all(s == w for s, w, d in zip(self.strides, want, self.shape, strict=True) if d != 1)
-
-
-@dataclass
-class Node:
-    """A pending elementwise computation (not yet in any buffer)."""
-
-    op: str
-    args: list[Any]
-    operand_dtype: DType
-    dtype: DType
-    attrs: dict[str, Any]
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Iota:
-    """A fused `iota` leaf."""
-
-    dimension: int
-    dtype: DType
-    shape: tuple[int, ...]
-
-
-@dataclass
-class Step:
-    """One launch. ``kind``: ``thread``/``warp`` (a CUDA C kernel over `n` threads or rows) or
-    ``matmul`` (cuBLAS through cupy.matmul; params = [batch, m, n, k, then offset and 3 strides
-    per operand and the output]). `slots` lists bound buffers, the written one last.
-    """
-
-    kind: str
-    name: str
-    source: str
-    slots: list[int]
-    params: list[int]
-    n: int
-    warps: int = 4
-
-    def grid(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """(grid, block) of the launch."""
-        if self.kind == "warp":
-            return (-(-self.n // self.warps), 1, 1), (self.warps * WARP, 1, 1)
-        return (min(-(-self.n // BLOCK), 65535), 1, 1), (BLOCK, 1, 1)
-
-
-@dataclass
-class Lowered:
-    """The launch list of a function: slots, steps, constants and where each output lives."""
-
-    slot_shapes: list[tuple[tuple[int, ...], DType]] = field(default_factory=list)
-    n_inputs: int = 0
-    constants: dict[int, np.ndarray[Any, Any]] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)
-    outputs: list[View] = field(default_factory=list)
-
-
-def _words(values: Sequence[int], size: int = MAX_RANK) -> list[int]:
-    return [int(v) for v in values] + [0] * (size - len(values))
-
-
-def _kernel_name(kind: str, body: str) -> str:
-    return f"ot_{kind}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
 class _Lower:
@@ -137,6 +46,10 @@ class _Lower:
         self.out = Lowered()
         self.env: dict[int, View | Node | Iota] = {}
         self.uses: dict[int, int] = {}
+        # uses not yet consumed: a slot may be written in place once no live value reads it
+        self.left: dict[int, int] = {}
+        self.skip: set[int] = set()
+        self.fused: dict[int, fusion.Match] = {}
 
     def new_slot(self, shape: Sequence[int], dtype: DType) -> View:
         self.out.slot_shapes.append((tuple(shape), dtype))
@@ -145,6 +58,18 @@ class _Lower:
     def emit(self, step: Step) -> None:
         if step.n > 0:
             self.out.steps.append(step)
+
+    def count(self, fn: Function) -> None:
+        for inst in fn.body:
+            for v in inst.operands:
+                self.uses[id(v)] = self.uses.get(id(v), 0) + 1
+                self.left[id(v)] = self.left.get(id(v), 0) + 1
+        for v in fn.outputs:
+            self.uses[id(v)] = self.uses.get(id(v), 0) + 2
+            self.left[id(v)] = self.left.get(id(v), 0) + 2
+        for match in fusion.find(fn):
+            self.fused[id(match.root)] = match
+            self.skip.update(id(inst) for inst in match.inner)
 
     # --- values -----------------------------------------------------------------------------
 
@@ -165,10 +90,70 @@ class _Lower:
             return ref
         return self.view(value)
 
+    def start(self, value: Value) -> View | int:
+        ref = self.view(value)
+        known = self.out.constants.get(ref.slot)
+        if known is not None:
+            return int(known.reshape(-1)[ref.offset])
+        return ref
+
+    def _slot_read(self, slot: int, expr: Any) -> bool:
+        if isinstance(expr, Node):
+            return any(self._slot_read(slot, a) for a in expr.args)
+        if isinstance(expr, list | tuple):
+            return any(self._slot_read(slot, a) for a in expr)
+        return isinstance(expr, View) and expr.slot == slot
+
+    def writable(self, value: Value, reads: Any) -> View:
+        """A dense whole-slot view of `value` to write into, in place when that is safe.
+
+        In place when nothing live (nor `reads`) reads its slot; otherwise a copy, marked as
+        skippable when the slot is an input's (a donated input is then written in place).
+        """
+        ref = self.view(value)
+        slot = ref.slot
+        whole = (ref.offset == 0 and ref.strides == row_major(ref.shape)
+                 and math.prod(ref.shape) == self.out.slot_size(slot))
+        free = (whole and slot not in self.out.constants and not self._slot_read(slot, reads)
+                and not any(self.left.get(k, 0) > 0 and self._slot_read(slot, e)
+                            for k, e in self.env.items()))
+        if free and slot >= self.out.n_inputs:
+            return ref
+        copy = self.materialize(ref)
+        if free and self.out.steps and self.out.steps[-1].slots[-1] == copy.slot:
+            self.out.steps[-1].donor = slot
+            self.out.aliases[copy.slot] = slot
+        return copy
+
     # --- fused elementwise kernels ----------------------------------------------------------
 
-    def materialize(self, expr: View | Node | Iota, target: View | None = None) -> View:
-        """One generated kernel computing `expr` into a new slot (or into the view `target`)."""
+    def _starts(self, starts: Sequence[Start], var: str, params: list[int], slots: list[int],
+                dtypes: dict[int, DType], body: list[str]) -> int:
+        """C code adding the clamped runtime starts to `var`; returns the constant part."""
+        fixed = 0
+        body.append(f"  long long {var} = 0;")
+        for stride, limit, source in starts:
+            if isinstance(source, int):
+                fixed += min(max(source, 0), limit) * stride
+                continue
+            if source.slot not in slots:
+                slots.append(source.slot)
+            dtypes[source.slot] = source.dtype
+            base = len(params)
+            params += [source.offset, limit, stride]
+            body.append(f"  {{ long long s = (long long)b{slots.index(source.slot)}[P[{base}]]; "
+                        f"s = s < 0 ? 0 : (s > P[{base + 1}] ? P[{base + 1}] : s); "
+                        f"{var} += s * P[{base + 2}]; }}")
+        return fixed
+
+    def materialize(self, expr: View | Node | Iota, target: View | None = None, *,
+                    out_starts: Sequence[Start] = (),
+                    leaf_starts: Sequence[Start] = ()) -> View:
+        """One generated kernel computing `expr` into a new slot (or into the view `target`).
+
+        `out_starts` shift the written view by runtime start indices (dynamic_update_slice);
+        `leaf_starts` shift the view `expr` itself (dynamic_slice). Both are clamped in-kernel.
+        """
         shape = expr.shape
         out = target or self.new_slot(shape, expr.dtype)
         leaves: list[View | Iota] = []
@@ -182,25 +167,35 @@ class _Lower:
 
         collect(expr)
         slots: list[int] = []
+        dtypes: dict[int, DType] = {}
         for leaf in leaves:
             if isinstance(leaf, View) and leaf.slot not in slots:
                 slots.append(leaf.slot)
+                dtypes[leaf.slot] = leaf.dtype
         rank = len(shape)
-        # P: [rank, shape[8], out offset, out strides[8], then per leaf offset + strides[8]]
-        params = [rank, *_words(shape), out.offset, *_words(out.strides)]
+        # P: [rank, shape[8], out offset, out strides[8], then per leaf offset + strides[8],
+        # then per runtime start (offset, largest start, stride)]
+        params = [rank, *words(shape), out.offset, *words(out.strides)]
         body: list[str] = []
+        params[1 + MAX_RANK] += self._starts(out_starts, "dy", params, slots, dtypes, body)
+        leaf_shift = 0
+        if leaf_starts:
+            leaf_shift = self._starts(leaf_starts, "dx", params, slots, dtypes, body)
         names: dict[int, str] = {}
         for k, leaf in enumerate(leaves):
             base = len(params)
             if isinstance(leaf, View):
-                params += [leaf.offset, *_words(leaf.strides)]
-                raw = f"b{slots.index(leaf.slot)}[ot_offset(t, P, {rank}, 1, {base}, {base + 1})]"
+                params += [leaf.offset + leaf_shift, *words(leaf.strides)]
+                shift = " + dx" if leaf_starts else ""
+                raw = (f"b{slots.index(leaf.slot)}[ot_offset(t, P, {rank}, 1, {base}, {base + 1})"
+                       f"{shift}]")
                 body.append(f"  {compute_type(leaf.dtype)} v{k} = {load_expr(leaf.dtype, raw)};")
             else:
                 params += [leaf.dimension % max(rank, 1)]
                 body.append(f"  long long c{k} = t;\n  for (int d = {rank} - 1; d > (int)P[{base}];"
                             f" --d) c{k} /= P[1 + d];\n  c{k} %= P[1 + P[{base}]];")
-                body.append(f"  {compute_type(leaf.dtype)} v{k} = ({compute_type(leaf.dtype)})c{k};")
+                ctype = compute_type(leaf.dtype)
+                body.append(f"  {ctype} v{k} = ({ctype})c{k};")
             names[id(leaf)] = f"v{k}"
         counter = [0]
 
@@ -214,14 +209,13 @@ class _Lower:
             return f"t{counter[0]}"
 
         result = gen(expr)
-        dtypes = {leaf.slot: leaf.dtype for leaf in leaves if isinstance(leaf, View)}
         args = [Arg(f"b{i}", f"const {storage_type(dtypes[s])}*") for i, s in enumerate(slots)]
         args.append(Arg("y", f"{storage_type(out.dtype)}*"))
-        body.append(f"  y[ot_offset(t, P, {rank}, 1, {1 + MAX_RANK}, {2 + MAX_RANK})] = "
+        body.append(f"  y[ot_offset(t, P, {rank}, 1, {1 + MAX_RANK}, {2 + MAX_RANK}) + dy] = "
                     f"{store_expr(out.dtype, result)};")
         text = "\n".join(body)
         signature = text + "|" + ",".join(a.ctype for a in args)
-        name = _kernel_name("fused", signature)
+        name = kernel_name("fused", signature)
         self.emit(Step("thread", name, PRELUDE + thread_kernel(name, args, text),
                        [*slots, out.slot], params, math.prod(shape)))
         return out
@@ -229,19 +223,13 @@ class _Lower:
     # --- instructions -----------------------------------------------------------------------
 
     def run(self, fn: Function, layouts: Sequence[tuple[tuple[int, ...], int] | None]) -> Lowered:
-        for inst in fn.body:
-            for v in inst.operands:
-                self.uses[id(v)] = self.uses.get(id(v), 0) + 1
-        for v in fn.outputs:
-            self.uses[id(v)] = self.uses.get(id(v), 0) + 2
+        self.count(fn)
         for k, spec in enumerate(fn.inputs):
             t = spec.value.type
             if isinstance(t, QTensorType):
                 nbytes = QUANT_BLOCKS[t.format][1]
                 rows = math.prod(t.logical_shape[:-1])
                 raw = (rows, t.logical_shape[-1] // QUANT_BLOCKS[t.format][0] * nbytes)
-                from omnitensor.dtypes import uint8
-
                 self.env[id(spec.value)] = self.new_slot(raw, uint8)
                 continue
             assert isinstance(t, TensorType)
@@ -258,6 +246,14 @@ class _Lower:
 
     def body(self, fn: Function) -> None:
         for inst in fn.body:
+            for v in inst.operands:
+                self.left[id(v)] = self.left.get(id(v), 0) - 1
+            if id(inst) in self.skip:
+                continue
+            match = self.fused.get(id(inst))
+            if match is not None:
+                self.env[id(inst.result)] = fusion.lower_match(self, match)
+                continue
             opdef = get_op(inst.op)
             res = inst.results[0].type
             assert isinstance(res, TensorType)
@@ -283,6 +279,10 @@ class _Lower:
                 out = self.new_slot(res.shape, res.dtype)
                 self.out.constants[out.slot] = np.asarray(attrs["value"], dtype=res.dtype.np)
                 self.env[id(inst.result)] = out
+            elif inst.op in lower_ops.HANDLERS:
+                refs = lower_ops.HANDLERS[inst.op](self, inst.operands, attrs, inst.results)
+                for value, ref in zip(inst.results, refs, strict=True):
+                    self.env[id(value)] = ref
             else:
                 handler = getattr(self, "op_" + inst.op, None)
                 if handler is None:
@@ -295,14 +295,12 @@ class _Lower:
         for spec, value in zip(decomposition.inputs, operands, strict=True):
             self.env[id(spec.value)] = self.env[id(value)]
             self.uses[id(spec.value)] = self.uses.get(id(value), 0)
-        for inst in decomposition.body:
-            for v in inst.operands:
-                self.uses[id(v)] = self.uses.get(id(v), 0) + 1
-        for v in decomposition.outputs:
-            self.uses[id(v)] = self.uses.get(id(v), 0) + 2
+            self.left[id(spec.value)] = 0
+        self.count(decomposition)
         self.body(decomposition)
         for value, out in zip(results, decomposition.outputs, strict=True):
             self.env[id(value)] = self.env[id(out)]
+            self.left.pop(id(out), None)
 
     # --- kernels ----------------------------------------------------------------------------
 
@@ -313,8 +311,8 @@ class _Lower:
         out = self.new_slot(res.shape, res.dtype)
         rows = math.prod(res.shape)
         params = [rows, math.prod(x.shape[d] for d in red), len(kept), len(red), x.offset,
-                  *_words([x.shape[d] for d in kept]), *_words([x.strides[d] for d in kept]),
-                  *_words([x.shape[d] for d in red]), *_words([x.strides[d] for d in red])]
+                  *words([x.shape[d] for d in kept]), *words([x.strides[d] for d in kept]),
+                  *words([x.shape[d] for d in red]), *words([x.strides[d] for d in red])]
         name, source = kernels.reduce_source(op, x.dtype)
         self.emit(Step("warp", name, source, [x.slot, out.slot], params, rows))
         return out

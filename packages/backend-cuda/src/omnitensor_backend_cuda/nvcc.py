@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["HostLibrary", "compile_ptx", "nvcc_path"]
+__all__ = ["HostLibrary", "check_ptx", "compile_checked", "compile_ptx", "nvcc_path", "run_on_host"]
 
 #: The oldest architecture the kernels are checked for (the warp shuffles need sm_30+).
 ARCH: Final = "sm_75"
@@ -99,27 +99,62 @@ class HostLibrary:
         fn(ctypes.c_longlong(n), p.ctypes.data_as(ctypes.c_void_p), ptrs)
 
 
-def run_on_host(lowered: Any, inputs: Sequence[np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
+def check_ptx(sources: dict[str, str], *, chunks: int = 2) -> None:
+    """Compile kernels `sources` (name -> text) to PTX in `chunks` concurrent nvcc runs.
+
+    Raises RuntimeError when nvcc fails or a kernel's entry is missing from the PTX.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = list(sources)
+    parts = [names[k::chunks] for k in range(chunks) if names[k::chunks]]
+    with ThreadPoolExecutor(max_workers=max(len(parts), 1)) as pool:
+        done = [(part, pool.submit(compile_ptx, "".join(sources[n] for n in part)))
+                for part in parts]
+        for part, text in done:
+            missing = [n for n in part if f".entry {n}(" not in text.result()]
+            if missing:
+                raise RuntimeError(f"nvcc: kernels missing from the PTX: {missing[:5]}")
+
+
+def compile_checked(sources: dict[str, str], *, chunks: int = 2) -> HostLibrary:
+    """`check_ptx` of `sources` and, concurrently, their host library (nvcc is single-threaded)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        host = pool.submit(HostLibrary, "".join(sources.values()))
+        check_ptx(sources, chunks=chunks)
+        return host.result()
+
+
+def run_on_host(lowered: Any, inputs: Sequence[np.ndarray[Any, Any]], *,
+                donated: frozenset[int] = frozenset(),
+                library: HostLibrary | None = None) -> list[np.ndarray[Any, Any]]:
     """Run a `lower.Lowered` launch list on the CPU: kernels through their host harness.
 
     ``matmul`` steps (cuBLAS on a GPU) run with numpy on the same strided views: the one part
-    of a launch list this cannot check. All kernels of the list are compiled in one library.
-    Inputs must be dense; bfloat16/float16 travel as their 16-bit words, as on the GPU.
+    of a launch list this cannot check. All kernels of the list are compiled in one library
+    (or come from `library`). Inputs must be dense; bfloat16/float16 travel as their 16-bit
+    words, as on the GPU. Inputs in `donated` may be written in place (as on the GPU).
     """
-    sources: dict[str, str] = {}
-    for step in lowered.steps:
-        if step.kind != "matmul":
-            sources.setdefault(step.name, step.source)
-    library = HostLibrary("".join(sources.values())) if sources else None
+    steps, bound = lowered.plan(donated)
+    if library is None:
+        sources: dict[str, str] = {}
+        for step in steps:
+            if step.kind != "matmul":
+                sources.setdefault(step.name, step.source)
+        library = HostLibrary("".join(sources.values())) if sources else None
     slots: list[np.ndarray[Any, Any]] = []
     for k, (shape, dtype) in enumerate(lowered.slot_shapes):
         if k < lowered.n_inputs:
             slots.append(np.ascontiguousarray(inputs[k]))
+        elif k in bound:
+            slots.append(slots[bound[k]])
         elif k in lowered.constants:
             slots.append(np.ascontiguousarray(lowered.constants[k]))
         else:
             slots.append(np.zeros(max(int(np.prod(shape)), 1), dtype.np))
-    for step in lowered.steps:
+    for step in steps:
         if step.kind == "matmul":
             _host_matmul(step, slots)
         else:
@@ -138,6 +173,8 @@ def _host_matmul(step: Any, slots: list[np.ndarray[Any, Any]]) -> None:
     bs, m, n, k, loff, lsb, lsm, lsk, roff, rsb, rsk, rsn = step.params[:12]
     a_flat, b_flat = slots[step.slots[0]].reshape(-1), slots[step.slots[1]].reshape(-1)
     item = a_flat.itemsize
-    a = np.lib.stride_tricks.as_strided(a_flat[loff:], (bs, m, k), [s * item for s in (lsb, lsm, lsk)])
-    b = np.lib.stride_tricks.as_strided(b_flat[roff:], (bs, k, n), [s * item for s in (rsb, rsk, rsn)])
+    a = np.lib.stride_tricks.as_strided(a_flat[loff:], (bs, m, k),
+                                        [s * item for s in (lsb, lsm, lsk)])
+    b = np.lib.stride_tricks.as_strided(b_flat[roff:], (bs, k, n),
+                                        [s * item for s in (rsb, rsk, rsn)])
     slots[step.slots[2]].reshape(-1)[: bs * m * n] = np.matmul(a, b).reshape(-1)

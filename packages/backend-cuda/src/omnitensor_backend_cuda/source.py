@@ -378,7 +378,7 @@ def warp_kernel(name: str, args: Sequence[Arg], state: Sequence[tuple[str, str, 
     names = ", ".join(a.name for a in args)
     fields = "\n".join(f"  {t} {n}{f'[{k}]' if k > 1 else ''};" for t, n, k in state)
     shuffles = []
-    for t, n, k in state:
+    for _, n, k in state:
         if k > 1:
             shuffles.append(f"  for (int i = 0; i < {k}; ++i) o.{n}[i] = "
                             f"__shfl_xor_sync(0xffffffffu, s.{n}[i], off);")

@@ -222,6 +222,100 @@ fn m_fmod(x: f32, y: f32) -> f32 {
   }
   return bitcast<f32>(ux | sx);
 }
+fn m_2opi(i: u32) -> u32 {
+  // Bits of 2/pi, 32 per word, after two zero words (a window may start left of the point).
+  switch i {
+    case 2u: { return 0xa2f9836eu; }
+    case 3u: { return 0x4e441529u; }
+    case 4u: { return 0xfc2757d1u; }
+    case 5u: { return 0xf534ddc0u; }
+    case 6u: { return 0xdb629599u; }
+    case 7u: { return 0x3c439041u; }
+    case 8u: { return 0xfe5163abu; }
+    default: { return 0u; }
+  }
+}
+fn m_2opi_window(b: u32, j: u32) -> u32 {
+  let s = b % 32u;
+  let hi = m_2opi(b / 32u + j);
+  if (s == 0u) { return hi; }
+  return (hi << s) | (m_2opi(b / 32u + j + 1u) >> (32u - s));
+}
+fn m_mul32(a: u32, b: u32) -> vec2<u32> {
+  // The 64-bit product of two u32 as (low, high) words, from 16-bit halves.
+  let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
+  let ll = al * bl; let lh = al * bh; let hl = ah * bl;
+  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+  let high = ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+  return vec2<u32>((mid << 16u) | (ll & 0xffffu), high);
+}
+struct m_Reduced { r: f32, q: u32, }
+fn m_rem_pio2(a: f32) -> m_Reduced {
+  // Payne-Hanek: a = m 2^e exactly; m * (96 bits of 2/pi from bit e - 1) mod 2^96 holds the
+  // quadrant in bits 95..94 and the fraction below, exact to 2^-70 (integer math only, so no
+  // driver's float contraction or reassociation can spoil the reduction near multiples of pi/2).
+  let bits = bitcast<u32>(a);
+  let e = i32(bits >> 23u) - 150;
+  let m = (bits & 0x7fffffu) | 0x800000u;
+  let b = u32(e + 62);
+  let t2 = m_mul32(m, m_2opi_window(b, 2u));
+  let t1 = m_mul32(m, m_2opi_window(b, 1u));
+  let t0 = m_mul32(m, m_2opi_window(b, 0u));
+  var p0 = t2.x;
+  var p1 = t2.y + t1.x;
+  var p2 = t1.y + t0.x + select(0u, 1u, p1 < t1.x);
+  var q = p2 >> 30u;
+  p2 = p2 & 0x3fffffffu;
+  let upper = (p2 & 0x20000000u) != 0u;
+  if (upper) {  // fraction >= 1/2: next quadrant, r = -(1 - fraction) pi/2
+    q = q + 1u;
+    p0 = ~p0 + 1u;
+    p1 = ~p1 + select(0u, 1u, p0 == 0u);
+    p2 = (~p2 + select(0u, 1u, p0 == 0u && p1 == 0u)) & 0x3fffffffu;
+  }
+  var shift = 0u;
+  if (p2 == 0u) { p2 = p1; p1 = p0; p0 = 0u; shift = 32u; }
+  if (p2 == 0u) { p2 = p1; p1 = 0u; shift = shift + 32u; }
+  if (p2 == 0u) { return m_Reduced(0.0, q & 3u); }
+  let lz = countLeadingZeros(p2);
+  if (lz != 0u) {
+    p2 = (p2 << lz) | (p1 >> (32u - lz));
+    p1 = (p1 << lz) | (p0 >> (32u - lz));
+  }
+  let t = i32(shift + lz);
+  let fh = m_ldexp(f32(p2 >> 8u), -22 - t);
+  let fl = m_ldexp(f32(((p2 & 0xffu) << 16u) | (p1 >> 16u)), -46 - t);
+  let r = fh * 1.57079637050628662109375
+          + (fh * -4.37113900018624283e-8 + fl * 1.57079637050628662109375);
+  return m_Reduced(select(r, -r, upper), q & 3u);
+}
+fn m_sin_poly(r: f32) -> f32 {
+  let z = r * r;
+  return ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * r + r;
+}
+fn m_cos_poly(r: f32) -> f32 {
+  let z = r * r;
+  return ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z
+         - 0.5 * z + 1.0;
+}
+fn m_sincos(x: f32, cosine: bool) -> f32 {
+  if (m_isnan(x) || m_isinf(x)) { return m_nan(); }
+  let a = abs(x);
+  if (a < 2.44140625e-4) { return select(x, 1.0, cosine); }  // below 2^-12 both round exactly
+  var r = a;
+  var q = 0u;
+  if (a > 0.785398185253143310546875) {
+    let reduced = m_rem_pio2(a);
+    r = reduced.r;
+    q = reduced.q;
+  }
+  if (cosine) {  // cos(q pi/2 + r) = cos r, -sin r, -cos r, sin r
+    let c = select(m_cos_poly(r), m_sin_poly(r), (q & 1u) == 1u);
+    return select(c, -c, q == 1u || q == 2u);
+  }
+  let s = select(m_sin_poly(r), m_cos_poly(r), (q & 1u) == 1u);  // sin r, cos r, -sin r, -cos r
+  return select(s, -s, (q >= 2u) != (x < 0.0));
+}
 fn m_ipow_i(b: i32, e: i32) -> i32 {
   var r = 1; var x = b; var n = e;
   loop { if (n <= 0) { break; } if ((n & 1) == 1) { r = r * x; } x = x * x; n = n >> 1u; }
@@ -345,6 +439,8 @@ ELEMENTWISE_OPS: Final[dict[str, Expr]] = {
     "sqrt": _fn("m_sqrt"),
     "rsqrt": lambda c, a: f"(1.0 / m_sqrt({a[0]}))",
     "tanh": _fn("m_tanh"),
+    "sin": lambda c, a: f"m_sincos({a[0]}, false)",
+    "cos": lambda c, a: f"m_sincos({a[0]}, true)",
     "logistic": _fn("m_logistic"),
     "floor": _fn("floor"),
     "ceil": _fn("ceil"),

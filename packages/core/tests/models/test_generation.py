@@ -106,6 +106,20 @@ def test_eos_ends_generation(make_llama: Any) -> None:
     assert stopped.token_ids == [] and stopped.stop_reason == "eos" and stopped.text == ""
 
 
+def test_decode_compiles_once_per_bucket_not_per_token(make_llama: Any) -> None:
+    from omnitensor.tensor.realize import stats
+
+    checkpoint = make_llama(context=512, eos=False)  # no EOS: all 256 tokens are generated
+    lm = CausalLM(ModelBuilder().with_spec("llama").with_checkpoint(checkpoint).build("ref"))
+    before = stats.compiles
+    gen = lm.generate("hello", max_new_tokens=256, temperature=1.0)
+    assert len(gen.token_ids) == 256
+    assert stats.compiles - before <= 2  # one prefill plan, one decode plan
+    before = stats.compiles
+    lm.generate("world", max_new_tokens=250, temperature=1.0)  # same buckets (8, 512)
+    assert stats.compiles == before
+
+
 # --- sampling on logits -------------------------------------------------------------------------
 
 

@@ -178,7 +178,7 @@ def _last_logits(model: Any) -> np.ndarray:
     cache = model.new_cache(1, 8)
     logits, _ = model.step(tokens, np.arange(4)[None], np.ones((1, 1, 1, 8), bool), 0, cache,
                            np.array([3]))
-    return logits.numpy()
+    return np.asarray(logits.numpy())
 
 
 def test_registering_a_kind_twice_fails(scale_step: str) -> None:

@@ -25,7 +25,7 @@ def _ref_backend() -> Iterator[None]:
         yield
 
 
-def _heldout(count: int = 6) -> list[tuple[int, int]]:
+def _heldout(count: int) -> list[tuple[int, int]]:
     """Problems the example held out of training (recorded in the shipped config.json)."""
     config = json.loads((shipped_model() / "config.json").read_text())
     return [tuple(p) for p in config["omnitensor_training"]["heldout_sample"][:count]]
@@ -51,33 +51,44 @@ def test_shipped_model_files() -> None:
 
 @pytest.mark.parametrize("fmt", ["hf", "gguf"])
 def test_shipped_model_adds_heldout_problems(models: dict[str, CausalLM], fmt: str) -> None:
-    lm = models[fmt]
-    for a, b in _heldout():
-        gen = lm.generate(f"{a}+{b}=", 6, temperature=0)
-        assert gen.text == str(a + b), (fmt, a, b, gen.text)
-        assert gen.stop_reason == "eos"
+    # The example reports 88.7% exact match on 512 held-out problems; these 32 are among them.
+    problems = _heldout(32)
+    gens = models[fmt].generate([f"{a}+{b}=" for a, b in problems], 4, temperature=0)
+    right = sum(g.text == str(a + b) for g, (a, b) in zip(gens, problems, strict=True))
+    assert right >= 24, f"{fmt}: {right}/32 held-out problems right"
+    assert all(g.stop_reason == "eos" for g in gens)
 
 
 def test_both_formats_agree(models: dict[str, CausalLM]) -> None:
-    prompts = [f"{a}+{b}=" for a, b in _heldout(12)]
-    hf = [g.token_ids for g in models["hf"].generate(prompts, 6)]
-    gguf = [g.token_ids for g in models["gguf"].generate(prompts, 6)]
+    prompts = [f"{a}+{b}=" for a, b in _heldout(32)]
+    hf = [g.token_ids for g in models["hf"].generate(prompts, 4)]
+    gguf = [g.token_ids for g in models["gguf"].generate(prompts, 4)]
     assert hf == gguf
-    tokens = np.asarray([models["hf"].tokenizer.encode(prompts[0])], np.int64)
-    for fmt in ("hf", "gguf"):
-        assert models[fmt].tokenizer.encode(prompts[0]) == tokens[0].tolist()
+    assert models["hf"].tokenizer.encode(prompts[0]) == models["gguf"].tokenizer.encode(
+        prompts[0])
 
 
-def test_cli_generate_prints_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    a, b = _heldout(1)[0]
+def _solved(models: dict[str, CausalLM], count: int) -> list[tuple[int, int]]:
+    """Held-out problems the model answers right (most of them; see above)."""
+    problems = _heldout(32)
+    gens = models["hf"].generate([f"{a}+{b}=" for a, b in problems], 4)
+    solved = [(a, b) for g, (a, b) in zip(gens, problems, strict=True) if g.text == str(a + b)]
+    assert len(solved) >= count
+    return solved[:count]
+
+
+def test_cli_generate_prints_the_answer(models: dict[str, CausalLM],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _solved(models, 1)[0]
     assert main(["generate", "char-gpt", f"{a}+{b}=", "--backend", "ref"]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == f"{a}+{b}={a + b}"
     assert "tok/s" in captured.err and "decode" in captured.err
 
 
-def test_cli_generate_default_model_and_gguf(capsys: pytest.CaptureFixture[str]) -> None:
-    a, b = _heldout(2)[1]
+def test_cli_generate_default_model_and_gguf(models: dict[str, CausalLM],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _solved(models, 2)[1]
     assert main(["generate", f"{a}+{b}=", "--backend", "ref", "--no-echo"]) == 0
     assert capsys.readouterr().out.strip() == str(a + b)
     assert main(["generate", "char-gpt.gguf", f"{a}+{b}=", "--backend", "ref"]) == 0
@@ -142,3 +153,50 @@ def test_256_decode_tokens_cost_one_compile_per_bucket(tmp_path: Path) -> None:
     lm.generate("abd", 256, temperature=0)  # same buckets: nothing compiles
     assert stats.compiles == again
     assert lm.model._prefill.traces == 2
+
+
+# --- embed --------------------------------------------------------------------------------------
+
+
+def _tiny_bert(directory: Path) -> Path:
+    """A random 1-layer BERT saved by transformers, with a small WordPiece vocabulary."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch").manual_seed(0)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "a", "b", "c"]
+    directory.mkdir()
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     max_position_embeddings=32)
+    transformers.BertModel(config).save_pretrained(directory)
+    tokenizer = transformers.BertTokenizerFast(str(directory / "vocab.txt"))
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def test_cli_embed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(_tiny_bert(tmp_path / "bert"))
+    assert main(["embed", model, "hello world", "a b c", "--backend", "ref"]) == 0
+    out = capsys.readouterr().out
+    assert "shape (2, 16)" in out and "'hello world': [" in out
+    assert main(["embed", model, "hello", "--json", "--backend", "ref"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["shape"] == [1, 16] and len(data["embeddings"][0]) == 16
+    direct = load_model(model, "ref").embed(["hello"])
+    np.testing.assert_allclose(np.asarray(data["embeddings"]), direct, rtol=1e-5, atol=1e-6)
+
+
+def test_transformers_loads_the_shipped_directory(models: dict[str, CausalLM]) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(shipped_model()).eval()
+    lm = models["hf"]
+    for a, b in _heldout(4):
+        ids = lm.tokenizer.encode(f"{a}+{b}=")
+        t = len(ids)
+        logits, _ = lm.model.step(np.asarray([ids]), np.arange(t)[None],
+                                  np.ones((1, 1, 1, t), bool), 0, lm.model.new_cache(1, t),
+                                  np.asarray([t - 1]))
+        with torch.no_grad():
+            expected = hf(torch.tensor([ids])).logits[0, -1].numpy()
+        np.testing.assert_allclose(logits.numpy()[0], expected, rtol=1e-4, atol=1e-4)

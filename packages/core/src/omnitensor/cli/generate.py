@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="continue a prompt with a causal LM (default: the shipped char-gpt adder)",
         description="Stream the continuation of PROMPT by MODEL (a .gguf file or a Hugging Face "
         "directory; default: the shipped char-gpt, which adds numbers: "
-        "omnitensor generate char-gpt \"12+345=\"), then prompt and decode tokens per second.",
+        "omnitensor generate char-gpt \"12+34=\"), then prompt and decode tokens per second.",
     )
     parser.add_argument("words", nargs="+", metavar="[MODEL] PROMPT",
                         help="optional model path or shipped name, then the prompt")
@@ -84,7 +84,7 @@ def load_progress(enabled: bool) -> Any:
     """A ``progress(name, done, total)`` callback drawing a bar on stderr, or None."""
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     bar: dict[str, Any] = {}
 

@@ -189,7 +189,10 @@ class Tokenizer:
         extra = [int(i) for i in eos_list] if isinstance(eos_list, list) else []
         add_bos = config.get("add_bos_token")
         if not isinstance(add_bos, bool):
-            probe = backend.encode("a", add_special_tokens=True).ids
+            try:
+                probe = backend.encode("a", add_special_tokens=True).ids
+            except Exception:  # noqa: BLE001 - tokenizers raises bare Exception: "a" is unknown
+                probe = backend.encode("", add_special_tokens=True).ids
             add_bos = bos is not None and bool(probe) and probe[0] == bos
         template = config.get("chat_template")
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]

@@ -1,4 +1,4 @@
-"""Models from JSON specs: `ModelSpec`, step kinds, the typestate `ModelBuilder`, `CompiledModel`."""
+"""Models from JSON specs: `ModelSpec`, step kinds, the typestate builder, `CompiledModel`."""
 
 from .builder import ModelBuilder as ModelBuilder
 from .builder import SpecBuilder as SpecBuilder

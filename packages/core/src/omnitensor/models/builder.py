@@ -7,7 +7,7 @@ a type error under mypy (``tests/typing`` proves it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, final
+from typing import final
 
 from ..backend.contract import Backend
 from ..errors import FormatError

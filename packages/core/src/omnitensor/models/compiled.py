@@ -175,7 +175,9 @@ class CompiledModel:
         tok = np.zeros((b, padded), np.int32)
         msk = np.zeros((b, padded), np.bool_)
         tok[:, :t], msk[:, :t] = tokens, mask
-        out = self._encode(from_numpy(tok), from_numpy(msk))
+        # NOTE: bind the inputs to the model's backend: `compile` picks the backend from its
+        # arguments, and host arrays alone would send the trace to the selected default.
+        out = self._encode(from_numpy(tok).to(self.backend), from_numpy(msk).to(self.backend))
         return np.asarray(out.numpy())
 
     def parameters(self) -> Mapping[str, Tensor]:

@@ -118,8 +118,13 @@ NotView = _unary("not", np.invert, _LOGIC, "Bitwise not for integers, logical no
 # --- binary ------------------------------------------------------------------------------------
 
 
+def _floating(x: Array) -> bool:
+    """Float arrays, bfloat16 included (ml_dtypes' bfloat16 has numpy kind "V", not "f")."""
+    return x.dtype.kind == "f" or (x.dtype.itemsize == 2 and x.dtype.kind not in "iub")
+
+
 def _int_div(lhs: Array, rhs: Array) -> Array:
-    if lhs.dtype.kind == "f":
+    if _floating(lhs):
         return _wide(np.true_divide)(lhs, rhs)
     safe = np.where(rhs == 0, 1, rhs).astype(lhs.dtype)
     quotient = np.floor_divide(lhs, safe)
@@ -129,7 +134,7 @@ def _int_div(lhs: Array, rhs: Array) -> Array:
 
 
 def _int_div_unspecified(lhs: Array, rhs: Array) -> Array:
-    if lhs.dtype.kind == "f":
+    if _floating(lhs):
         return np.zeros(lhs.shape, bool)
     undefined = rhs == 0
     if lhs.dtype.kind == "i":
@@ -138,13 +143,13 @@ def _int_div_unspecified(lhs: Array, rhs: Array) -> Array:
 
 
 def _rem(lhs: Array, rhs: Array) -> Array:
-    if lhs.dtype.kind == "f":
+    if _floating(lhs):
         return _wide(np.fmod)(lhs, rhs)
     return np.asarray(np.fmod(lhs, np.where(rhs == 0, 1, rhs).astype(lhs.dtype)))
 
 
 def _pow(lhs: Array, rhs: Array) -> Array:
-    if lhs.dtype.kind == "f":
+    if _floating(lhs):
         return _wide(np.power)(lhs, rhs)
     return np.asarray(np.power(lhs, np.where(rhs < 0, 0, rhs).astype(lhs.dtype)))
 
@@ -166,7 +171,7 @@ RemView = _binary(
     "rem", _rem, NUMERIC,
     """Remainder with the sign of lhs (C fmod): rem(-7, 3) = -1. Float rem(x, 0) = NaN; integer
     rem(x, 0) is unspecified.""",
-    unspecified=lambda lhs, rhs: (rhs == 0) if lhs.dtype.kind != "f" else np.zeros(lhs.shape, bool),
+    unspecified=lambda lhs, rhs: (rhs == 0) if not _floating(lhs) else np.zeros(lhs.shape, bool),
 )
 PowView = _binary(
     "pow", _pow, NUMERIC,
