@@ -55,8 +55,12 @@ def save_model(folder: Path, shape: dict[str, int]) -> Path:
 def save_gguf(hf: Path, out: Path, dtype: str) -> Path:
     """The HF folder written as a llama.cpp-layout GGUF of `dtype` (``f32`` or ``q8_0``)."""
     from omnitensor.io.gguf import write_gguf
-    from omnitensor.io.names import (HParams, gguf_metadata_from_hparams,
-                                     hparams_from_hf_config, to_gguf_tensor)
+    from omnitensor.io.names import (
+        HParams,
+        gguf_metadata_from_hparams,
+        hparams_from_hf_config,
+        to_gguf_tensor,
+    )
     from omnitensor.models.checkpoint import from_hf_dir
 
     ck = from_hf_dir(hf)

@@ -69,5 +69,5 @@ def omnitensor_prepare_weight(backend: Backend, name: str, array: Any, type: Any
 
     if fmt not in quant.FORMATS:
         return None
-    quant.packed_for(array, fmt, shape)  # type: ignore[arg-type]
+    quant.packed_for(array, fmt, shape)
     return array

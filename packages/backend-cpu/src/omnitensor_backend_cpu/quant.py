@@ -104,7 +104,7 @@ def _q8_rows_par(x: Any, qs: Any, d: Any, out: Any) -> None:
 
 
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
-    """out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32."""
+    """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32."""
     n, k = packed.qs.shape
     kernel = _q8_rows_par if n * k >= PARALLEL_THRESHOLD else _q8_rows
     kernel(x, packed.qs, packed.d, out)
@@ -137,7 +137,7 @@ GEMV_MAX_ROWS: Final = 4
 
 
 def gemv(x: Array, w: Array, out: Array) -> None:
-    """out (M, N) = x (M, K) @ w (N, K).T for a few rows M, float32, reading w once.
+    """Out (M, N) = x (M, K) @ w (N, K).T for a few rows M, float32, reading w once.
 
     Why not BLAS: for a matrix-vector product OpenBLAS splits every call over all threads,
     and on a shared 2-core machine each split waits for a descheduled thread (a 3 MB GEMV took

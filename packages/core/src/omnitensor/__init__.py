@@ -5,6 +5,12 @@ The public API lives here; everything else is importable from its own module.
 
 from . import dtypes as dtypes
 from . import errors as errors
+from . import functional as functional
+from . import nn as nn
+from .autograd import enable_grad as enable_grad
+from .autograd import grad as grad
+from .autograd import no_grad as no_grad
+from .autograd import value_and_grad as value_and_grad
 from .backend.contract import Backend as Backend
 from .backend.hookspecs import hookimpl as hookimpl
 from .backend.registry import get_backend as get_backend
@@ -48,12 +54,6 @@ from .tensor.math import stack as stack
 from .tensor.math import where as where
 from .tensor.tensor import Tensor as Tensor
 from .tensor.tensor import realize as realize
-from .autograd import enable_grad as enable_grad
-from .autograd import grad as grad
-from .autograd import no_grad as no_grad
-from .autograd import value_and_grad as value_and_grad
-from . import functional as functional
-from . import nn as nn
 
 __version__ = "0.1.0"
 

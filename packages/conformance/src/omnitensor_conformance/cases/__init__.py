@@ -10,12 +10,12 @@ from .. import generate as _generate  # noqa: F401  (registers the generic sourc
 from . import creation as _creation  # noqa: F401
 from . import custom as _custom  # noqa: F401
 from . import elementwise as _elementwise  # noqa: F401
+from . import functional as _functional  # noqa: F401
 from . import grad as _grad  # noqa: F401
 from . import graph as _graph  # noqa: F401
 from . import indexing as _indexing  # noqa: F401
 from . import linalg as _linalg  # noqa: F401
+from . import model as _model  # noqa: F401
 from . import movement as _movement  # noqa: F401
 from . import quant as _quant  # noqa: F401
 from . import reduce as _reduce  # noqa: F401
-from . import functional as _functional  # noqa: F401
-from . import model as _model  # noqa: F401

@@ -89,7 +89,7 @@ def _forward_case(arch: str, dtype: DType) -> Case:
 
 
 def _train_step_case(dtype: DType) -> Case:
-    """loss and SGD-updated parameters of a 2-layer MLP classifier (forward + backward)."""
+    """Loss and SGD-updated parameters of a 2-layer MLP classifier (forward + backward)."""
     shapes = [(8, 5), (5, 7), (7,), (7, 3), (3,)]
     types = [TensorType(s, dtype) for s in shapes] + [TensorType((8,), int32)]
     args = tuple(Arg(t, _small) for t in types[:-1]) + (

@@ -149,16 +149,18 @@ class Backend(abc.ABC):
         return None
 
     def layout_key(self, buffer: Any) -> Any:
-        """Hashable description of a buffer's memory layout beyond shape and dtype (strides,
-        offset), part of the plan-cache key. Backends whose compiled code does not depend on input
-        layouts return None (the default)."""
+        """Hashable description of a buffer's layout beyond shape and dtype (strides, offset).
+
+        Part of the plan-cache key. Backends whose compiled code does not depend on input layouts
+        return None (the default).
+        """
         return None
 
     def device_info(self) -> dict[str, str]:
         """Facts about the device for `omnitensor backends` (name, memory ...)."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook: most backends hold nothing to release)
         """Release device resources (called at interpreter exit for created backends)."""
 
     def __repr__(self) -> str:

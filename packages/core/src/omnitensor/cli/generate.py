@@ -84,7 +84,7 @@ def load_progress(enabled: bool) -> Any:
     """A ``progress(name, done, total)`` callback drawing a bar on stderr, or None."""
     if not enabled:
         return None
-    from tqdm import tqdm  # type: ignore[import-untyped]
+    from tqdm import tqdm
 
     bar: dict[str, Any] = {}
 

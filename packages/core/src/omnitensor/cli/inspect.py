@@ -85,7 +85,7 @@ def _open(path: Path) -> tuple[str, WeightFile, dict[str, Any], Tokenizer | str 
 
 
 def _stats(weights: WeightFile, names: list[str], err: TextIO) -> dict[str, dict[str, float]]:
-    from tqdm import tqdm  # type: ignore[import-untyped]
+    from tqdm import tqdm
 
     out: dict[str, dict[str, float]] = {}
     total = sum(weights.tensor_info(n).nbytes for n in names)

@@ -310,7 +310,8 @@ def hparams_from_hf_config(config: Mapping[str, Any]) -> HParams:
         return HParams(arch, head_count_kv=heads,
                        norm_epsilon=float(config.get("layer_norm_eps", 1e-12)), **common)
     # NOTE: transformers >= 5 writes rope_theta into "rope_parameters", not the top level.
-    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    rope_parameters = config.get("rope_parameters")
+    rope: Mapping[str, Any] = rope_parameters if isinstance(rope_parameters, dict) else {}
     theta = config.get("rope_theta") or rope.get("rope_theta") or 10000.0
     return HParams(arch, head_count_kv=int(config.get("num_key_value_heads") or heads),
                    rope_freq_base=float(theta),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final, overload
 
 from ..dtypes import ALL, DType

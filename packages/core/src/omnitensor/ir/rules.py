@@ -1,6 +1,7 @@
 """Reusable shape/dtype rules for op declarations (JAX's `standard_*` shape rules).
 
-Every rule takes the op name first so that its errors read ``"<op>: <problem> (got ..., expected ...)"``.
+Every rule takes the op name first so that its errors read
+``"<op>: <problem> (got ..., expected ...)"``.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def check_dtype(op: str, what: str, dtype: DType, allowed: Sequence[DType]) -> N
     """Raise DTypeError unless `dtype` is in `allowed`."""
     if dtype not in allowed:
         raise DTypeError(
-            f"{op}: {what} has dtype {dtype} (expected one of {', '.join(d.name for d in allowed)})",
+            f"{op}: {what} has dtype {dtype} "
+            f"(expected one of {', '.join(d.name for d in allowed)})",
             op=op,
             dtype=dtype.name,
         )

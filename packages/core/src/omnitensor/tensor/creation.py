@@ -46,8 +46,10 @@ def tensor(data: Any, dtype: Any = None) -> Tensor:
 
 
 def full(shape: ShapeLike, value: Scalar, dtype: Any = None) -> Tensor:
-    """A tensor of `shape` filled with `value` (a broadcast constant: nothing is allocated until
-    it is realized)."""
+    """A tensor of `shape` filled with `value`.
+
+    It is a broadcast constant: nothing is allocated until it is realized.
+    """
     target = dt.as_dtype(dtype) if dtype is not None else dt.result_type(value)
     scalar = Tensor._apply("constant", value=np.asarray(value).astype(target.np))
     dims = _shape(shape)
@@ -131,8 +133,10 @@ def manual_seed(seed: int) -> None:
 
 
 def key(seed: int) -> Tensor:
-    """A uint32[2] RNG key made from an integer seed (counter-based: same seed, same bits on
-    every backend)."""
+    """A uint32[2] RNG key made from an integer seed.
+
+    The generator is counter-based: the same seed gives the same bits on every backend.
+    """
     seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
     words = np.array([seed & 0xFFFF_FFFF, seed >> 32], dtype=np.uint32)
     return Tensor._apply("constant", value=words)

@@ -1,5 +1,7 @@
-"""Interop with numpy and DLPack: `from_numpy`, `from_dlpack` (and Tensor's `__array__`,
-`__dlpack__`, which live on the class)."""
+"""Interop with numpy and DLPack: `from_numpy` and `from_dlpack`.
+
+Tensor's own `__array__` and `__dlpack__` live on the class.
+"""
 
 from __future__ import annotations
 

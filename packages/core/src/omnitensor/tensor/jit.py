@@ -19,8 +19,15 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from ..backend.contract import Backend
 from ..errors import OmnitensorError, TraceError
 from .graph import Node, Ref, capture
-from .realize import (compile_plan, leaf_buffers, pick_backend, realize_refs, run_plan, stats,
-                      tracing)
+from .realize import (
+    compile_plan,
+    leaf_buffers,
+    pick_backend,
+    realize_refs,
+    run_plan,
+    stats,
+    tracing,
+)
 from .tensor import Tensor
 
 __all__ = ["CompiledFunction", "compile"]
@@ -32,8 +39,7 @@ R = TypeVar("R")
 
 
 class _TraceState:
-    """Handles seen while tracing: which outside leaves they held, and their value at first
-    sight (to detect rebinding)."""
+    """Handles seen while tracing, with the value each held at first sight (to see rebinding)."""
 
     def __init__(self) -> None:
         self.seen: dict[int, tuple[weakref.ref[Tensor], Ref]] = {}
@@ -96,6 +102,7 @@ class CompiledFunction(Generic[P, R]):
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the compiled plan for these arguments' signature (tracing `fn` on a new one)."""
         arg_leaves: list[Tensor] = []
         spec = _flatten((args, kwargs), arg_leaves)
         realize_refs([t._ref() for t in arg_leaves])
@@ -159,7 +166,8 @@ class CompiledFunction(Generic[P, R]):
             pos = by_leaf.get((id(node), index))
             if pos is not None and node.placeholder is None:
                 handles.setdefault(pos, []).append(ref)
-        return _Trace(plan, cap.key, chosen, cap.leaves, handles, out_spec, len(out_leaves), rebound)
+        return _Trace(plan, cap.key, chosen, cap.leaves, handles, out_spec, len(out_leaves),
+                      rebound)
 
     def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> tuple[list[Ref], list[Any]]:
         refs: list[Ref] = []

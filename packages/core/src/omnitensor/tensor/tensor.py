@@ -26,7 +26,7 @@ from .realize import realize_refs, tracing
 
 __all__ = ["Scalar", "Tensor", "TensorLike", "realize"]
 
-Scalar = Union[bool, int, float]
+Scalar = bool | int | float
 TensorLike = Union["Tensor", bool, int, float, np.ndarray, Sequence[Any]]
 
 

@@ -61,15 +61,31 @@ class BinaryView(OpView):
         return rules.same_types(cls.opdef.name, lhs, rhs)
 
 
-def _unary(name: str, kernel: Callable[..., Array], dtypes: tuple[DType, ...], doc: str,
-           traits: Trait = Trait.NONE, ulp: int = 0) -> type[UnaryView]:
-    view = type(f"{''.join(p.title() for p in name.split('_'))}View", (UnaryView,),
-                {"__doc__": doc, "__module__": __name__, "infer": staticmethod(UnaryView.infer)})
+def _unary(
+    name: str,
+    kernel: Callable[..., Array],
+    dtypes: tuple[DType, ...],
+    doc: str,
+    traits: Trait = Trait.NONE,
+    ulp: int = 0,
+) -> type[UnaryView]:
+    view = type(
+        f"{''.join(p.title() for p in name.split('_'))}View",
+        (UnaryView,),
+        {"__doc__": doc, "__module__": __name__, "infer": staticmethod(UnaryView.infer)},
+    )
     return primitive(name, traits=_UNARY | traits, dtypes=dtypes, reference=kernel, ulp=ulp)(view)
 
 
-def _binary(name: str, kernel: Callable[..., Array], dtypes: tuple[DType, ...], doc: str,
-            traits: Trait = _BINARY, ulp: int = 0, unspecified: Any = None) -> type[BinaryView]:
+def _binary(
+    name: str,
+    kernel: Callable[..., Array],
+    dtypes: tuple[DType, ...],
+    doc: str,
+    traits: Trait = _BINARY,
+    ulp: int = 0,
+    unspecified: Any = None,
+) -> type[BinaryView]:
     body: dict[str, Any] = {"__doc__": doc, "__module__": __name__}
     if unspecified is not None:
         body["unspecified"] = staticmethod(unspecified)
@@ -96,24 +112,64 @@ def _logistic(x: Array) -> Array:
 
 # --- unary -------------------------------------------------------------------------------------
 
-NegView = _unary("neg", np.negative, NUMERIC, "Elementwise -x. Integers wrap (-INT_MIN == INT_MIN).")
-AbsView = _unary("abs", np.abs, NUMERIC, "Elementwise |x|. Integers wrap (|INT_MIN| == INT_MIN); NaN stays NaN.")
-ExpView = _unary("exp", _wide(np.exp), FLOATING, "Elementwise e**x. Overflows to +inf; NaN propagates.", ulp=4)
-LogView = _unary("log", _wide(np.log), FLOATING, "Natural log. log(0) = -inf, log(x<0) = NaN.", ulp=4)
-Log1pView = _unary("log1p", _wide(np.log1p), FLOATING, "log(1 + x), accurate near 0. log1p(-1) = -inf.", ulp=4)
+NegView = _unary(
+    "neg", np.negative, NUMERIC, "Elementwise -x. Integers wrap (-INT_MIN == INT_MIN)."
+)
+AbsView = _unary(
+    "abs", np.abs, NUMERIC, "Elementwise |x|. Integers wrap (|INT_MIN| == INT_MIN); NaN stays NaN."
+)
+ExpView = _unary(
+    "exp", _wide(np.exp), FLOATING, "Elementwise e**x. Overflows to +inf; NaN propagates.", ulp=4
+)
+LogView = _unary(
+    "log", _wide(np.log), FLOATING, "Natural log. log(0) = -inf, log(x<0) = NaN.", ulp=4
+)
+Log1pView = _unary(
+    "log1p", _wide(np.log1p), FLOATING, "log(1 + x), accurate near 0. log1p(-1) = -inf.", ulp=4
+)
 Expm1View = _unary("expm1", _wide(np.expm1), FLOATING, "e**x - 1, accurate near 0.", ulp=4)
-SqrtView = _unary("sqrt", _wide(np.sqrt), FLOATING, "Square root. sqrt(-0.0) = -0.0; sqrt(x<0) = NaN.", ulp=1)
-RsqrtView = _unary("rsqrt", _wide(lambda x: 1 / np.sqrt(x)), FLOATING, "1 / sqrt(x). rsqrt(0) = +inf; rsqrt(x<0) = NaN.", ulp=2)
+SqrtView = _unary(
+    "sqrt", _wide(np.sqrt), FLOATING, "Square root. sqrt(-0.0) = -0.0; sqrt(x<0) = NaN.", ulp=1
+)
+RsqrtView = _unary(
+    "rsqrt",
+    _wide(lambda x: 1 / np.sqrt(x)),
+    FLOATING,
+    "1 / sqrt(x). rsqrt(0) = +inf; rsqrt(x<0) = NaN.",
+    ulp=2,
+)
 TanhView = _unary("tanh", _wide(np.tanh), FLOATING, "Hyperbolic tangent; saturates to ±1.", ulp=4)
-LogisticView = _unary("logistic", _wide(_logistic), FLOATING, "Sigmoid 1 / (1 + e**-x); never overflows.", ulp=4)
+LogisticView = _unary(
+    "logistic", _wide(_logistic), FLOATING, "Sigmoid 1 / (1 + e**-x); never overflows.", ulp=4
+)
 SinView = _unary("sin", _wide(np.sin), FLOATING, "Sine (radians). sin(±inf) = NaN.", ulp=8)
 CosView = _unary("cos", _wide(np.cos), FLOATING, "Cosine (radians). cos(±inf) = NaN.", ulp=8)
 ErfView = _unary("erf", _wide(_erf), FLOATING, "Gauss error function; erf(±inf) = ±1.", ulp=4)
-FloorView = _unary("floor", _wide(np.floor), FLOATING, "Largest integer <= x (as a float); ±inf, NaN and -0.0 kept.")
-CeilView = _unary("ceil", _wide(np.ceil), FLOATING, "Smallest integer >= x (as a float); ±inf, NaN and -0.0 kept.")
-RoundView = _unary("round", _wide(np.rint), FLOATING, "Round to nearest, ties to even (2.5 -> 2.0).")
-SignView = _unary("sign", _wide(np.sign), NUMERIC, "-1, 0 or 1 by sign; sign(NaN) = NaN, sign(-0.0) = -0.0 or 0.0 (unsigned zero compares equal).")
-NotView = _unary("not", np.invert, _LOGIC, "Bitwise not for integers, logical not for bool.", Trait.NON_DIFFERENTIABLE)
+FloorView = _unary(
+    "floor",
+    _wide(np.floor),
+    FLOATING,
+    "Largest integer <= x (as a float); ±inf, NaN and -0.0 kept.",
+)
+CeilView = _unary(
+    "ceil", _wide(np.ceil), FLOATING, "Smallest integer >= x (as a float); ±inf, NaN and -0.0 kept."
+)
+RoundView = _unary(
+    "round", _wide(np.rint), FLOATING, "Round to nearest, ties to even (2.5 -> 2.0)."
+)
+SignView = _unary(
+    "sign",
+    _wide(np.sign),
+    NUMERIC,
+    "-1, 0 or 1 by sign; sign(NaN) = NaN, sign(-0.0) = -0.0 or 0.0 (unsigned zero compares equal).",
+)
+NotView = _unary(
+    "not",
+    np.invert,
+    _LOGIC,
+    "Bitwise not for integers, logical not for bool.",
+    Trait.NON_DIFFERENTIABLE,
+)
 
 # --- binary ------------------------------------------------------------------------------------
 
@@ -158,33 +214,68 @@ def _pow_unspecified(lhs: Array, rhs: Array) -> Array:
     return (rhs < 0) if lhs.dtype.kind == "i" else np.zeros(lhs.shape, bool)
 
 
-AddView = _binary("add", _wide(np.add), NUMERIC, "lhs + rhs. Integers wrap; inf + -inf = NaN.", _COMMUTATIVE)
+AddView = _binary(
+    "add", _wide(np.add), NUMERIC, "lhs + rhs. Integers wrap; inf + -inf = NaN.", _COMMUTATIVE
+)
 SubView = _binary("sub", _wide(np.subtract), NUMERIC, "lhs - rhs. Integers wrap.")
-MulView = _binary("mul", _wide(np.multiply), NUMERIC, "lhs * rhs. Integers wrap; 0 * inf = NaN.", _COMMUTATIVE)
+MulView = _binary(
+    "mul", _wide(np.multiply), NUMERIC, "lhs * rhs. Integers wrap; 0 * inf = NaN.", _COMMUTATIVE
+)
 DivView = _binary(
-    "div", _int_div, NUMERIC,
+    "div",
+    _int_div,
+    NUMERIC,
     """lhs / rhs. Floats follow IEEE (x/0 = ±inf, 0/0 = NaN). Integers truncate toward zero;
     integer division by zero, and INT_MIN / -1, are unspecified.""",
     unspecified=_int_div_unspecified,
 )
 RemView = _binary(
-    "rem", _rem, NUMERIC,
+    "rem",
+    _rem,
+    NUMERIC,
     """Remainder with the sign of lhs (C fmod): rem(-7, 3) = -1. Float rem(x, 0) = NaN; integer
     rem(x, 0) is unspecified.""",
     unspecified=lambda lhs, rhs: (rhs == 0) if not _floating(lhs) else np.zeros(lhs.shape, bool),
 )
 PowView = _binary(
-    "pow", _pow, NUMERIC,
+    "pow",
+    _pow,
+    NUMERIC,
     """lhs ** rhs. Floats follow C pow (pow(x, 0) = 1 even for NaN x; pow(-8, 1/3) = NaN).
     Integers wrap; a negative integer exponent is unspecified.""",
-    ulp=8, unspecified=_pow_unspecified,
+    ulp=8,
+    unspecified=_pow_unspecified,
 )
 MaxView = _binary("max", np.maximum, NUMERIC, "Elementwise maximum; NaN propagates.", _COMMUTATIVE)
 MinView = _binary("min", np.minimum, NUMERIC, "Elementwise minimum; NaN propagates.", _COMMUTATIVE)
-Atan2View = _binary("atan2", _wide(np.arctan2), FLOATING, "atan2(lhs, rhs) in (-pi, pi], with C's signed-zero and infinity rules.", ulp=4)
-AndView = _binary("and", np.bitwise_and, _LOGIC, "Bitwise and (logical for bool).", _COMMUTATIVE | Trait.NON_DIFFERENTIABLE)
-OrView = _binary("or", np.bitwise_or, _LOGIC, "Bitwise or (logical for bool).", _COMMUTATIVE | Trait.NON_DIFFERENTIABLE)
-XorView = _binary("xor", np.bitwise_xor, _LOGIC, "Bitwise xor (logical for bool).", _COMMUTATIVE | Trait.NON_DIFFERENTIABLE)
+Atan2View = _binary(
+    "atan2",
+    _wide(np.arctan2),
+    FLOATING,
+    "atan2(lhs, rhs) in (-pi, pi], with C's signed-zero and infinity rules.",
+    ulp=4,
+)
+AndView = _binary(
+    "and",
+    np.bitwise_and,
+    _LOGIC,
+    "Bitwise and (logical for bool).",
+    _COMMUTATIVE | Trait.NON_DIFFERENTIABLE,
+)
+OrView = _binary(
+    "or",
+    np.bitwise_or,
+    _LOGIC,
+    "Bitwise or (logical for bool).",
+    _COMMUTATIVE | Trait.NON_DIFFERENTIABLE,
+)
+XorView = _binary(
+    "xor",
+    np.bitwise_xor,
+    _LOGIC,
+    "Bitwise xor (logical for bool).",
+    _COMMUTATIVE | Trait.NON_DIFFERENTIABLE,
+)
 
 # --- comparisons -------------------------------------------------------------------------------
 
@@ -197,8 +288,11 @@ def _compare(name: str, kernel: Callable[..., Array], doc: str) -> type[CompareV
     def infer(lhs: TensorType, rhs: TensorType) -> TensorType:
         return TensorType(rules.same_types(name, lhs, rhs).shape, bool_)
 
-    view = type(f"{name.title()}View", (CompareView,),
-                {"__doc__": doc, "__module__": __name__, "infer": staticmethod(infer)})
+    view = type(
+        f"{name.title()}View",
+        (CompareView,),
+        {"__doc__": doc, "__module__": __name__, "infer": staticmethod(infer)},
+    )
     traits = _BINARY | Trait.COMPARISON | Trait.NON_DIFFERENTIABLE
     return primitive(name, traits=traits, dtypes=ALL, reference=kernel)(view)
 
@@ -215,7 +309,10 @@ GeView = _compare("ge", np.greater_equal, "lhs >= rhs (bool); false when either 
 
 @primitive("select", traits=Trait.ELEMENTWISE, dtypes=ALL)
 class SelectView(OpView):
-    """`on_true` where `pred` else `on_false`, elementwise. NaNs in the unselected side do not leak."""
+    """`on_true` where `pred` else `on_false`, elementwise.
+
+    NaNs in the unselected side do not leak.
+    """
 
     pred = operand(dtypes=BOOL)
     on_true = operand()
