@@ -146,7 +146,9 @@ def render_ops_markdown() -> str:
         "written in PTIR text.",
         "",
     ]
-    for name, ops in by_family.items():
+    # NOTE: families in name order: registration order depends on which module imported an op
+    # family first, and the generated file must not.
+    for name, ops in sorted(by_family.items()):
         lines += [f"## {name}", "", "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
         for row in _rows(ops):
             cells = [
