@@ -34,7 +34,7 @@ Array = np.ndarray[Any, Any]
 
 #: Ops with WGSL kernels, by family. Everything else is declared unsupported.
 _FLOAT_ONLY: Final = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "logistic",
-                      "sin", "cos", "floor", "ceil", "round")
+                      "sin", "cos", "erf", "atan2", "floor", "ceil", "round")
 _NUMERIC: Final = ("neg", "abs", "sign", "add", "sub", "mul", "div", "rem", "max", "min",
                    "clamp", "reduce_sum", "reduce_prod", "argmax", "argmin", "cumsum",
                    "dot_general", "iota")

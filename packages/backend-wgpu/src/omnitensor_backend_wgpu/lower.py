@@ -4,6 +4,7 @@ Movement ops that are affine (transpose, broadcast, slice, reverse, compatible r
 views (shape, strides, offset) of a slot and launch nothing. Chains of elementwise ops (with
 broadcasts, `iota` and `rng` as leaves) become one generated kernel per chain; a value is
 materialized only when it is an output, feeds a non-elementwise op or a view, or is used twice.
+Softmax / layer norm / RMS norm decompositions become one row kernel each (see `rows`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from omnitensor.ir.opdef import Trait, get_op
 from omnitensor.ir.program import Function
 from omnitensor.ir.types import TensorType, Value
 
-from . import kernels
+from . import kernels, rows
 from .kernels import MAX_RANK, PARAM_WORDS, THREEFRY, prelude
 from .wgsl import compute_type, convert_expr, elementwise_expr, load_expr, store_expr
 
@@ -397,12 +398,18 @@ class _Lower(_Lowering):
         return self.out
 
     def body(self, fn: Function) -> None:
-        for inst in fn.body:
+        fused = rows.match_rows(fn.body, fn.outputs)
+        skipped = {i for pattern in fused.values() for i in pattern.covered[:-1]}
+        for index, inst in enumerate(fn.body):
+            if index in skipped:
+                continue
             opdef = get_op(inst.op)
             res = inst.results[0].type
             assert isinstance(res, TensorType)
             attrs = dict(inst.attrs)
-            if inst.op == "custom_call":
+            if index in fused:
+                self.env[id(inst.result)] = self.row_kernel(fused[index])
+            elif inst.op == "custom_call":
                 self.inline(inst.operands, attrs["decomposition"], inst.results)
             elif opdef.has(Trait.ELEMENTWISE):
                 args = [self.operand(v) for v in inst.operands]
@@ -445,6 +452,23 @@ class _Lower(_Lowering):
             self.env[id(value)] = self.env[id(out)]
 
     # --- kernels --------------------------------------------------------------------------------
+
+    def row_kernel(self, pattern: rows.RowPattern) -> View:
+        """One fused softmax / layer norm / RMS norm kernel (see `rows`)."""
+        x = self.view(pattern.x)
+        extras = [self.view(v) for v in (pattern.weight, pattern.bias) if v is not None]
+        out = self.new_slot(x.shape, x.dtype)
+        n_rows = math.prod(x.shape[:-1])
+        views = [(v.offset, v.strides[-1], v.strides[:-1]) for v in (x, *extras)]
+        params = rows.row_params(n_rows, x.shape[-1], x.shape[:-1], pattern.scales,
+                                 pattern.eps, views)
+        source = rows.row_source(pattern.kind, x.dtype, weight=pattern.weight is not None,
+                                 bias=pattern.bias is not None)
+        x_groups = min(n_rows, self.max_groups)
+        groups = (x_groups, -(-n_rows // x_groups) if x_groups else 0, 1)
+        self.emit(pattern.kind, source, [x.slot, *[v.slot for v in extras], out.slot], params,
+                  groups)
+        return out
 
     def _reduce(self, op: str, x: View, axes: Sequence[int], res: TensorType) -> View:
         rank = len(x.shape)

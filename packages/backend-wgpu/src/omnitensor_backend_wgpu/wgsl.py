@@ -316,6 +316,107 @@ fn m_sincos(x: f32, cosine: bool) -> f32 {
   let s = select(m_sin_poly(r), m_cos_poly(r), (q & 1u) == 1u);  // sin r, cos r, -sin r, -cos r
   return select(s, -s, (q >= 2u) != (x < 0.0));
 }
+fn m_poly(c: array<f32, 9>, n: i32, z: f32) -> f32 {
+  var k = c;  // NOTE: a var, because not every backend indexes an array value dynamically
+  var r = k[n - 1];
+  for (var i = n - 2; i >= 0; i = i - 1) { r = r * z + k[i]; }
+  return r;
+}
+fn m_erf(x: f32) -> f32 {
+  // fdlibm's erff: rational approximations on [0, 0.84375), [0.84375, 1.25), then
+  // 1 - exp(-x^2 - 0.5625 + R/S) / x, with x^2 split (z = x rounded to 11 bits) so its error
+  // does not reach the exponential.
+  if (m_isnan(x)) { return x; }
+  let a = abs(x);
+  if (a < 0.84375) {
+    if (a < 3.7252902984e-09) { return x + 1.2837916613e-01 * x; }
+    let z = x * x;
+    let r = m_poly(array<f32, 9>(1.2837916613e-01, -3.2504209876e-01, -2.8481749818e-02,
+                                 -5.7702702470e-03, -2.3763017452e-05, 0.0, 0.0, 0.0, 0.0), 5, z);
+    let s = m_poly(array<f32, 9>(1.0, 3.9791721106e-01, 6.5022252500e-02, 5.0813062117e-03,
+                                 1.3249473704e-04, -3.9602282413e-06, 0.0, 0.0, 0.0), 6, z);
+    return x + x * (r / s);
+  }
+  var v: f32;
+  if (a < 1.25) {
+    let s = a - 1.0;
+    let p = m_poly(array<f32, 9>(-2.3621185683e-03, 4.1485610604e-01, -3.7220788002e-01,
+                                 3.1834661961e-01, -1.1089469492e-01, 3.5478305072e-02,
+                                 -2.1663755178e-03, 0.0, 0.0), 7, s);
+    let q = m_poly(array<f32, 9>(1.0, 1.0642088205e-01, 5.4039794207e-01, 7.1828655899e-02,
+                                 1.2617121637e-01, 1.3637083583e-02, 1.1984500103e-02, 0.0,
+                                 0.0), 7, s);
+    v = 8.4506291151e-01 + p / q;
+  } else if (a >= 6.0) {
+    v = 1.0;
+  } else {
+    let s = 1.0 / (a * a);
+    var r: f32;
+    var q: f32;
+    if (a < 2.85714285714) {
+      r = m_poly(array<f32, 9>(-9.8649440333e-03, -6.9385856390e-01, -1.0558626175e+01,
+                               -6.2375331879e+01, -1.6239666748e+02, -1.8460508728e+02,
+                               -8.1287437439e+01, -9.8143291473e+00, 0.0), 8, s);
+      q = m_poly(array<f32, 9>(1.0, 1.9651271820e+01, 1.3765776062e+02, 4.3456588745e+02,
+                               6.4538726807e+02, 4.2900814819e+02, 1.0863500214e+02,
+                               6.5702495575e+00, -6.0424413532e-02), 9, s);
+    } else {
+      r = m_poly(array<f32, 9>(-9.8649431020e-03, -7.9928326607e-01, -1.7757955551e+01,
+                               -1.6063638306e+02, -6.3756646729e+02, -1.0250950928e+03,
+                               -4.8351919556e+02, 0.0, 0.0), 7, s);
+      q = m_poly(array<f32, 9>(1.0, 3.0338060379e+01, 3.2579251099e+02, 1.5367296143e+03,
+                               3.1998581543e+03, 2.5530502930e+03, 4.7452853394e+02,
+                               -2.2440952301e+01, 0.0), 8, s);
+    }
+    let z = bitcast<f32>(bitcast<u32>(a) & 0xffffe000u);
+    let e = m_exp(-z * z - 0.5625) * m_exp((z - a) * (z + a) + r / q);
+    v = 1.0 - e / a;
+  }
+  return select(v, -v, x < 0.0);
+}
+fn m_atan01(t0: f32) -> f32 {
+  // Cephes atanf on [0, 1]: reduce by tan(pi/8) then a degree-9 odd polynomial.
+  var t = t0;
+  var y0 = 0.0;
+  var y0lo = 0.0;
+  if (t0 > 0.4142135623730950) {
+    t = (t0 - 1.0) / (t0 + 1.0);
+    y0 = 0.785398185253143310546875;
+    y0lo = -2.18556948e-8;
+  }
+  let z = t * t;
+  let p = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z
+           - 3.33329491539e-1) * z * t;
+  return y0 + (t + (p + y0lo));
+}
+fn m_atan2(y: f32, x: f32) -> f32 {
+  if (m_isnan(x) || m_isnan(y)) { return x + y; }
+  let neg_x = x < 0.0 || (x == 0.0 && (bitcast<u32>(x) & 0x80000000u) != 0u);
+  let sy = select(1.0, -1.0, (bitcast<u32>(y) & 0x80000000u) != 0u);
+  let ay = abs(y);
+  let ax = abs(x);
+  var r: f32;
+  if (ay == 0.0) {
+    r = select(0.0, 3.1415927410125732, neg_x);
+  } else if (m_isinf(ax) && m_isinf(ay)) {
+    r = select(0.785398185253143310546875, 2.35619449615478515625, neg_x);
+  } else if (m_isinf(ax)) {
+    r = select(0.0, 3.1415927410125732, neg_x);
+  } else if (ax == 0.0 || m_isinf(ay)) {
+    r = 1.57079637050628662109375;
+  } else {
+    // NOTE: a ratio in [0, 1] and the complement from pi/2 (split in two words), so the
+    // quotient neither overflows nor loses the small angle.
+    var t: f32;
+    if (ay > ax) {
+      t = (1.57079637050628662109375 - m_atan01(ax / ay)) + -4.37113900018624283e-8;
+    } else {
+      t = m_atan01(ay / ax);
+    }
+    r = select(t, (3.1415927410125732 - t) + -8.74227800037248566e-8, neg_x);
+  }
+  return sy * r;
+}
 fn m_ipow_i(b: i32, e: i32) -> i32 {
   var r = 1; var x = b; var n = e;
   loop { if (n <= 0) { break; } if ((n & 1) == 1) { r = r * x; } x = x * x; n = n >> 1u; }
@@ -442,6 +543,7 @@ ELEMENTWISE_OPS: Final[dict[str, Expr]] = {
     "sin": lambda c, a: f"m_sincos({a[0]}, false)",
     "cos": lambda c, a: f"m_sincos({a[0]}, true)",
     "logistic": _fn("m_logistic"),
+    "erf": _fn("m_erf"),
     "floor": _fn("floor"),
     "ceil": _fn("ceil"),
     "round": _fn("round"),
@@ -453,6 +555,7 @@ ELEMENTWISE_OPS: Final[dict[str, Expr]] = {
     "div": _float_or_int(_binop("/"), _int_div),
     "rem": _float_or_int(_fn("m_fmod"), _int_rem),
     "pow": _int_pow,
+    "atan2": _fn("m_atan2"),
     "max": _minmax("max"),
     "min": _minmax("min"),
     "and": _logic("&", "&"),
