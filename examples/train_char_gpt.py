@@ -4,16 +4,17 @@ The task can be checked: prompts like ``"12+34="`` are answered ``"46"`` followe
 token ``<|endoftext|>``. Operands have 1 or 2 digits (``MAX_DIGITS``; with 3 digits learning is
 much slower: at width 64 the loss was still 0.85 after 550 steps); 512 held-out problems never
 appear in training. The model is GPT-2 (learned positions, pre-LN blocks, tanh GELU, tied
-embeddings) built from ``omnitensor.nn`` and trained with omnitensor's own autograd and AdamW; each
-training step (forward, backward, clipping and update, plus the loss) is ONE program, a
-plan-cache hit from the second step on.
+embeddings) built from ``omnitensor.nn`` and trained with omnitensor's own autograd and AdamW; the
+training step (forward, backward, clipping and update, plus the loss) runs under
+``omnitensor.compile``: traced once, then one compiled program replayed per step.
 
 Run ``python examples/train_char_gpt.py`` (any backend: ``OMNITENSOR_BACKEND=ref`` or ``cpu``).
 With the defaults (seed 0, 2 layers, width 64, 4 heads, context 32, 1000 AdamW steps of batch
 64) the answer loss falls from 2.67 to 0.005 and held-out exact-match accuracy reaches 88.7%
 (454/512: the final training loss is far lower, so the gap is generalization). That took 13
 minutes on the ref backend on a busy 2-core machine (about 0.8 s per step, most of it Python
-building the step's graph). The run is reproducible: same seed, same numbers.
+building the step's graph, before the step was compiled; compiled, a step measured 0.6-0.8 s on
+ref, now spent in the backend). The run is reproducible: same seed, same numbers.
 
 The trained model is written to ``--out`` (default: the copy shipped inside the omnitensor
 package, ``packages/core/src/omnitensor/data/char-gpt/``): ``config.json`` (GPT2LMHeadModel),
@@ -253,6 +254,25 @@ def accuracy(model: CharGPT, problems: list[tuple[int, int]]) -> float:
     return sum(g == str(a + b) for g, (a, b) in zip(got, problems, strict=True)) / len(problems)
 
 
+def compiled_step(model: CharGPT, opt: nn.AdamW) -> Any:
+    """One training step (forward, backward, clipping, AdamW update) under `omnitensor.compile`.
+
+    Traced once per batch shape; later calls replay the compiled program (no Python per op)
+    and rebind the parameters, gradients and optimizer state. Returns the loss.
+    """
+
+    @ot.compile
+    def train_step(x: ot.Tensor, y: ot.Tensor) -> ot.Tensor:
+        loss = cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        nn.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    return train_step
+
+
 def train(args: argparse.Namespace) -> tuple[CharGPT, dict[str, Any]]:
     """Train with the settings in `args`; returns the model and a summary."""
     ot.manual_seed(args.seed)
@@ -272,14 +292,11 @@ def train(args: argparse.Namespace) -> tuple[CharGPT, dict[str, Any]]:
     start = time.perf_counter()
     before = stats.snapshot()
     first = last = math.nan
+    train_step = compiled_step(model, opt)
     for step in range(args.steps):
         x, y = batch(rng, args.batch, excluded)
-        loss = cross_entropy(model(ot.from_numpy(x)), ot.from_numpy(y))
-        opt.zero_grad()
-        loss.backward()
-        nn.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(realize_with=[loss])  # forward, backward, update and loss: one program
-        schedule.step()
+        loss = train_step(ot.from_numpy(x), ot.from_numpy(y))
+        schedule.step()  # rebinds the learning-rate tensor the compiled step reads
         if step == 0 or (step + 1) % args.log_every == 0:
             last = float(loss.item())
             first = last if step == 0 else first
@@ -290,8 +307,8 @@ def train(args: argparse.Namespace) -> tuple[CharGPT, dict[str, Any]]:
     acc = accuracy(model, test)
     print(f"loss {first:.3f} -> {last:.3f} in {args.steps} steps, {seconds:.0f}s; "
           f"held-out exact match {acc:.1%} ({round(acc * len(test))}/{len(test)})")
-    print(f"training steps: {delta['realizations']} programs run, {delta['cache_hits']} "
-          f"plan-cache hits, {delta['compiles']} compiles on {backend}")
+    print(f"training steps: traced {train_step.traces}x, {delta['cache_hits']} plan-cache "
+          f"hits, {delta['compiles']} compiles on {backend}")
     summary = {"seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
                "first_loss": round(first, 4), "final_loss": round(last, 4),
                "heldout_exact_match": acc, "heldout_problems": len(test), "backend": backend,

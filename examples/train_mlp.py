@@ -2,8 +2,9 @@
 
 Runs on the selected backend: ``OMNITENSOR_BACKEND=ref python examples/train_mlp.py``.
 With the default seed the loss falls from about 1.12 to below 0.05 within 150 AdamW steps on
-the reference backend, and training accuracy reaches 100%. Each step (forward, backward and
-update) is one program; from the second step on it is a plan-cache hit.
+the reference backend (measured: 1.119 -> 0.009 on ref and cpu), and training accuracy reaches
+100%. The step (forward, backward, clipping and update) runs under ``omnitensor.compile``: it is
+traced once and each later step replays the compiled program, running no Python per op.
 """
 
 from __future__ import annotations
@@ -61,15 +62,21 @@ def main() -> None:
     schedule = nn.CosineWithWarmup(opt, warmup_steps=20, total_steps=args.steps,
                                    min_lr=args.lr / 10)
 
-    start = time.perf_counter()
-    first = last = float("nan")
-    for step in range(args.steps):
+    @ot.compile
+    def train_step(x: ot.Tensor, y: ot.Tensor) -> ot.Tensor:
+        """Forward, backward, clipping and AdamW update: traced once, then replayed."""
         loss = cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         nn.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()  # realizes parameters and optimizer state in one program
-        schedule.step()
+        opt.step()
+        return loss
+
+    start = time.perf_counter()
+    first = last = float("nan")
+    for step in range(args.steps):
+        loss = train_step(x, y)  # parameters, gradients and optimizer state are rebound
+        schedule.step()  # rebinds the learning-rate tensor the compiled step reads
         if step == 0 or (step + 1) % 50 == 0:
             last = loss.item()
             first = last if step == 0 else first
@@ -77,8 +84,8 @@ def main() -> None:
     with ot.no_grad():
         accuracy = float((model(x).argmax(axis=-1) == y).astype("float32").mean().item())
     print(f"loss {first:.3f} -> {last:.3f}, accuracy {accuracy:.1%}, "
-          f"{time.perf_counter() - start:.1f}s, plan cache {stats.cache_hits} hits / "
-          f"{stats.compiles} compiles on {ot.get_backend().name}")
+          f"{time.perf_counter() - start:.1f}s, step traced {train_step.traces}x, plan cache "
+          f"{stats.cache_hits} hits / {stats.compiles} compiles on {ot.get_backend().name}")
 
 
 if __name__ == "__main__":

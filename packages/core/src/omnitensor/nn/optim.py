@@ -1,9 +1,15 @@
 """Optimizers (SGD, AdamW), gradient clipping and the cosine-with-warmup schedule.
 
 `step()` computes every new parameter and optimizer state lazily and realizes them all in ONE
-program (``omnitensor.realize``), so graphs never grow across steps. Per-step scalars (learning
-rate, bias corrections) enter as 0-d input tensors, not baked-in constants, so every step hits
-the same cached plan.
+program (``omnitensor.realize``), so graphs never grow across steps. Per-step scalars enter as
+0-d tensors, not baked-in constants: the learning rate is a float64 handle per parameter group
+(rebound whenever ``group["lr"]`` is set, e.g. by a schedule) and step counters are optimizer
+state, so every step hits the same cached plan.
+
+The whole training step (forward, ``backward``, clipping, ``step``) can run under
+``omnitensor.compile``: state is created as zeros on first use, so the first step has the same
+program as the others, and every counter lives in a tensor the compiled call rebinds. Other
+hyperparameters (betas, eps, weight decay, momentum) are read when the step is traced.
 """
 
 from __future__ import annotations
@@ -18,15 +24,51 @@ from ..autograd.mode import no_grad
 from ..errors import OmnitensorError
 from ..ir.program import Role
 from ..tensor.interop import from_numpy
+from ..tensor.realize import tracing
 from ..tensor.tensor import Tensor, realize
 from .module import assign
 
 __all__ = ["SGD", "AdamW", "CosineWithWarmup", "Optimizer", "clip_grad_norm_"]
 
 
-def _scalar(value: float, like: Tensor) -> Tensor:
-    """A 0-d input tensor (a leaf, so its value is not part of the plan-cache key)."""
-    return from_numpy(np.asarray(value, dtype=like.dtype.np))
+def _scalar(value: float) -> Tensor:
+    """A 0-d float64 input tensor (a leaf, so its value is not part of the plan-cache key)."""
+    return from_numpy(np.asarray(value, dtype=np.float64))
+
+
+def _zeros_like(p: Tensor) -> Tensor:
+    """Zero optimizer state shaped like `p`: a host leaf, so it can be made inside a trace."""
+    t = from_numpy(np.zeros(p.shape, dtype=p.dtype.np))
+    t._node.role = Role.STATE
+    return t
+
+
+def _counter() -> Tensor:
+    t = _scalar(0.0)  # float64 counts exactly up to 2**53
+    t._node.role = Role.STATE
+    return t
+
+
+class _Group(dict[str, Any]):
+    """A parameter group whose learning rate is also held in a 0-d tensor handle.
+
+    Setting ``group["lr"]`` (a schedule, `load_state_dict`) rebinds the handle, so a compiled
+    training step, which reads the handle at every call, sees the new rate.
+    """
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        super().__init__(items)
+        self.lr_tensor = _scalar(float(self["lr"]))
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        if key == "lr":
+            assign(self.lr_tensor, _scalar(float(value)))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Set several entries (through `__setitem__`)."""
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
 
 
 class Optimizer:
@@ -43,16 +85,25 @@ class Optimizer:
         if not items:
             raise OmnitensorError(f"{type(self).__name__}: got an empty parameter list")
         groups = items if isinstance(items[0], dict) else [{"params": items}]
-        self.param_groups: list[dict[str, Any]] = []
+        self.param_groups: list[_Group] = []
         for group in groups:
             full = {**self.defaults, **group, "params": list(group["params"])}
             unknown = set(full) - set(self.defaults) - {"params"}
             if unknown:
                 raise OmnitensorError(f"{type(self).__name__}: unknown hyperparameters "
                                       f"{sorted(unknown)} (known: {sorted(self.defaults)})")
-            self.param_groups.append(full)
+            self.param_groups.append(_Group(full))
         self.state: dict[int, dict[str, Any]] = {}  # by parameter position
-        self.steps = 0
+        self._steps = _counter()
+
+    @property
+    def steps(self) -> int:
+        """How many times `step` ran (kept in a tensor, so compiled steps count too)."""
+        return int(self._steps.item())
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        assign(self._steps, _scalar(float(value)))
 
     def _params(self) -> list[Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
@@ -69,10 +120,10 @@ class Optimizer:
             realize_with: tensors to compute in the same program (the loss of the step), so
                 reading them afterwards runs nothing more.
         """
-        self.steps += 1
         updated: list[Tensor] = []
         index = 0
         with no_grad():
+            assign(self._steps, self._steps + 1.0)
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
@@ -83,13 +134,16 @@ class Optimizer:
                         updated.append(p)
                         updated.extend(v for v in state.values() if isinstance(v, Tensor))
                     index += 1
+            updated.append(self._steps)
+        if tracing.get() is not None:
+            return  # inside `omnitensor.compile`: the compiled call realizes and rebinds them
         if updated or realize_with:
             realize(*updated, *realize_with)
             for t in updated:
                 if t._node.role is not Role.PARAMETER:
                     t._node.role = Role.STATE
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group
                 ) -> Tensor:
         raise NotImplementedError
 
@@ -143,19 +197,23 @@ class SGD(Optimizer):
         super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
                                   "weight_decay": weight_decay, "nesterov": nesterov})
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group
                 ) -> Tensor:
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
         m = group["momentum"]
         if m:
             if "momentum_buffer" not in state:
-                buf = g
-            else:
-                buf = state["momentum_buffer"] * m + g * (1.0 - group["dampening"])
+                state["momentum_buffer"], state["step"] = _zeros_like(p), _counter()
+            # buf = g on the first step (step == 0), m buf + (1 - dampening) g after: one
+            # program for both, so a compiled step does not depend on which step it traced
+            started = state["step"].clip(hi=1.0)
+            scale = (1.0 - started * float(group["dampening"])).astype(g.dtype)
+            buf = state["momentum_buffer"] * m + g * scale
             assign_state(state, "momentum_buffer", buf)
-            g = g + buf * m if group["nesterov"] else state["momentum_buffer"]
-        return p - g * _scalar(group["lr"], p)
+            assign_state(state, "step", state["step"] + 1.0)
+            g = g + buf * m if group["nesterov"] else buf
+        return p - g * group.lr_tensor.astype(p.dtype)
 
 
 class AdamW(Optimizer):
@@ -171,21 +229,25 @@ class AdamW(Optimizer):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
                                   "weight_decay": weight_decay})
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group
                 ) -> Tensor:
         b1, b2 = group["betas"]
-        t = int(state.get("step", 0)) + 1
-        state["step"] = t
-        m = state.get("exp_avg")
-        v = state.get("exp_avg_sq")
-        m = g * (1.0 - b1) if m is None else m * b1 + g * (1.0 - b1)
-        v = g * g * (1.0 - b2) if v is None else v * b2 + g * g * (1.0 - b2)
+        if "exp_avg" not in state:  # zeros: m b1 + g (1 - b1) is then exactly g (1 - b1)
+            state["step"], state["exp_avg"], state["exp_avg_sq"] = (
+                _counter(), _zeros_like(p), _zeros_like(p))
+        elif not isinstance(state["step"], Tensor):  # a state dict from before step tensors
+            state["step"] = _scalar(float(state["step"]))
+        t = state["step"] + 1.0
+        assign_state(state, "step", t)
+        m = state["exp_avg"] * b1 + g * (1.0 - b1)
+        v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
         assign_state(state, "exp_avg", m)
         assign_state(state, "exp_avg_sq", v)
-        lr = group["lr"]
-        step_size = _scalar(lr / (1.0 - b1**t), p)
-        inv_corr = _scalar(1.0 / math.sqrt(1.0 - b2**t), p)
-        decayed = p * _scalar(1.0 - lr * group["weight_decay"], p)
+        # bias corrections and the decay factor in float64 (as Python floats were before)
+        lr = group.lr_tensor
+        step_size = (lr / (1.0 - b1**t)).astype(p.dtype)
+        inv_corr = (1.0 / (1.0 - b2**t).sqrt()).astype(p.dtype)
+        decayed = p * (1.0 - lr * float(group["weight_decay"])).astype(p.dtype)
         new: Tensor = decayed - step_size * m / (v.sqrt() * inv_corr + group["eps"])
         return new
 

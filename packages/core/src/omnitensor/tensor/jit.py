@@ -39,14 +39,62 @@ R = TypeVar("R")
 
 
 class _TraceState:
-    """Handles seen while tracing, with the value each held at first sight (to see rebinding)."""
+    """Handles seen while tracing, with the value each held at first sight (to see rebinding).
+
+    Gradients (``t.grad``) are tracked too: a gradient read before the function set it is an
+    input of the call (and its presence a guard of the trace), one the function set is an
+    output rebound after each call (``zero_grad``, ``backward``, clipping).
+    """
 
     def __init__(self) -> None:
         self.seen: dict[int, tuple[weakref.ref[Tensor], Ref]] = {}
+        #: owner id -> (owner, type of the gradient it held on entry, None when it held none)
+        self.grad_reads: dict[int, tuple[weakref.ref[Tensor], Any]] = {}
+        #: owner id -> (owner, the gradient it held on entry)
+        self.grad_writes: dict[int, tuple[weakref.ref[Tensor], Tensor | None]] = {}
+
+    # Entries are keyed by id(); a trace frees many temporaries whose ids later handles reuse,
+    # so an entry counts only while its weakref still points to the same object.
 
     def saw(self, tensor: Tensor) -> None:
-        if id(tensor) not in self.seen:
+        entry = self.seen.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
             self.seen[id(tensor)] = (weakref.ref(tensor), (tensor._node, tensor._index))
+
+    def read_grad(self, owner: Tensor) -> None:
+        key = id(owner)
+        for table in (self.grad_writes, self.grad_reads):
+            entry = table.get(key)
+            if entry is not None and entry[0]() is owner:
+                return
+        held = owner._grad
+        if held is not None and not held._node.is_leaf:
+            # a lazy gradient from an uncompiled step: compute it now, so that the call reads
+            # its value as an input instead of replaying the graph that made it
+            token = tracing.set(None)
+            try:
+                held.realize()
+            finally:
+                tracing.reset(token)
+        self.grad_reads[key] = (weakref.ref(owner), None if held is None else held.type)
+
+    def wrote_grad(self, owner: Tensor) -> None:
+        entry = self.grad_writes.get(id(owner))
+        if entry is None or entry[0]() is not owner:
+            self.grad_writes[id(owner)] = (weakref.ref(owner), owner._grad)
+
+
+class _GradOf:
+    """Reads the gradient a tensor holds now (a handle source for gradients read on entry)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: weakref.ref[Tensor]) -> None:
+        self.owner = owner
+
+    def __call__(self) -> Tensor | None:
+        owner = self.owner()
+        return None if owner is None else owner._grad
 
 
 def _flatten(tree: Any, leaves: list[Any]) -> Any:
@@ -81,10 +129,26 @@ class _Trace:
     key: str
     backend: Backend
     leaves: list[Ref]
-    handles: dict[int, list[weakref.ref[Tensor]]]  # leaf position -> handles that held it
+    handles: dict[int, list[Callable[[], Tensor | None]]]  # leaf position -> its sources
     out_spec: Any
     n_outputs: int
     rebound: list[weakref.ref[Tensor]] = field(default_factory=list)
+    #: owners whose gradient the call sets (None: cleared), in output order after `rebound`
+    grads_set: list[weakref.ref[Tensor]] = field(default_factory=list)
+    grads_cleared: list[weakref.ref[Tensor]] = field(default_factory=list)
+    #: owners whose gradient the trace read on entry, with its type then (None: no gradient)
+    guards: list[tuple[weakref.ref[Tensor], Any]] = field(default_factory=list)
+
+    def matches(self) -> bool:
+        """True when every gradient the trace read on entry is present (or absent) as then."""
+        for ref, expected in self.guards:
+            owner = ref()
+            if owner is None:
+                continue
+            held = owner._grad
+            if (None if held is None else held.type) != expected:
+                return False
+        return True
 
 
 class CompiledFunction(Generic[P, R]):
@@ -98,7 +162,7 @@ class CompiledFunction(Generic[P, R]):
         self.fn = fn
         self.donate = frozenset(donate)
         self.traces = 0
-        self._cache: dict[Any, _Trace] = {}
+        self._cache: dict[Any, list[_Trace]] = {}
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -119,10 +183,12 @@ class CompiledFunction(Generic[P, R]):
         backend = pick_backend([t._ref() for t in arg_leaves]) if arg_leaves else None
         signature = (spec_key(spec), tuple((t.shape, t.dtype) for t in arg_leaves),
                      id(backend))
-        trace = self._cache.get(signature)
+        candidates = self._cache.setdefault(signature, [])
+        # traces of one signature differ only in which gradients existed on entry (guards)
+        trace = next((t for t in candidates if t.matches()), None)
         if trace is None:
             trace = self._trace(args, kwargs, arg_leaves, backend, signature)
-            self._cache[signature] = trace
+            candidates.append(trace)
         result: R = self._run(trace, arg_leaves, donated_leaves)
         return result
 
@@ -143,14 +209,33 @@ class CompiledFunction(Generic[P, R]):
         token = tracing.set(state)
         try:
             result = self.fn(*t_args, **t_kwargs)
+        except BaseException:
+            for ref, entry in state.grad_writes.values():  # no traced gradient may escape
+                if (owner := ref()) is not None:
+                    owner._grad = entry
+            raise
         finally:
             tracing.reset(token)
         out_leaves: list[Tensor] = []
         out_spec = _flatten(result, out_leaves)
         rebound = [ref for ref, first in state.seen.values()
                    if (h := ref()) is not None and (h._node, h._index) != first]
+        grads_set: list[weakref.ref[Tensor]] = []
+        grads_cleared: list[weakref.ref[Tensor]] = []
+        grad_roots: list[Ref] = []
+        for ref, entry in state.grad_writes.values():
+            owner = ref()
+            if owner is None:
+                continue
+            final = owner._grad
+            if final is None:
+                grads_cleared.append(ref)
+            else:
+                grads_set.append(ref)
+                grad_roots.append((final._node, final._index))
+            owner._grad = entry  # the call itself sets it after running
         roots = [t._ref() for t in out_leaves] + [
-            (h._node, h._index) for ref in rebound if (h := ref()) is not None]
+            (h._node, h._index) for ref in rebound if (h := ref()) is not None] + grad_roots
         for ref, first in state.seen.values():
             handle = ref()
             if handle is not None and any(ref is r for r in rebound):
@@ -160,14 +245,23 @@ class CompiledFunction(Generic[P, R]):
         chosen = backend or pick_backend(roots)
         stats.cache_misses += 1
         plan = compile_plan(cap, chosen)
-        handles: dict[int, list[weakref.ref[Tensor]]] = {}
+        handles: dict[int, list[Callable[[], Tensor | None]]] = {}
         by_leaf = {(id(n), i): pos for pos, (n, i) in enumerate(cap.leaves)}
+        guards: list[tuple[weakref.ref[Tensor], Any]] = []
+        for ref, expected in state.grad_reads.values():
+            guards.append((ref, expected))
+            owner = ref()
+            held = None if owner is None else owner._grad
+            if held is not None:
+                pos = by_leaf.get((id(held._node), held._index))
+                if pos is not None:  # the owner's gradient at call time, whatever object
+                    handles.setdefault(pos, []).append(_GradOf(ref))
         for ref, (node, index) in state.seen.values():
             pos = by_leaf.get((id(node), index))
             if pos is not None and node.placeholder is None:
                 handles.setdefault(pos, []).append(ref)
         return _Trace(plan, cap.key, chosen, cap.leaves, handles, out_spec, len(out_leaves),
-                      rebound)
+                      [r for r in rebound if r() is not None], grads_set, grads_cleared, guards)
 
     def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> tuple[list[Ref], list[Any]]:
         refs: list[Ref] = []
@@ -176,8 +270,8 @@ class CompiledFunction(Generic[P, R]):
                 refs.append(arg_leaves[node.placeholder]._ref())
                 continue
             current: Ref = (node, index)
-            for ref in trace.handles.get(pos, []):
-                handle = ref()
+            for source in trace.handles.get(pos, []):
+                handle = source()
                 if handle is not None and handle._node.types[handle._index] == node.types[index]:
                     current = (handle._node, handle._index)
                     break
@@ -196,16 +290,27 @@ class CompiledFunction(Generic[P, R]):
             arg_leaves[trace.leaves[pos][0].placeholder or 0]._node.deleted = True
         results = [Tensor(Node.from_buffer(buf, t.type, trace.backend)) for buf, t in
                    zip(outputs[: trace.n_outputs], trace.plan.function.outputs, strict=False)]
-        for ref, buf, value in zip(trace.rebound, outputs[trace.n_outputs :],
-                                   trace.plan.function.outputs[trace.n_outputs :], strict=True):
+        n_rebound = len(trace.rebound)
+        values = trace.plan.function.outputs
+        rebound_at = slice(trace.n_outputs, trace.n_outputs + n_rebound)
+        for ref, buf, value in zip(trace.rebound, outputs[rebound_at], values[rebound_at],
+                                   strict=True):
             handle = ref()
             if handle is not None:
                 node = Node.from_buffer(buf, value.type, trace.backend)
+                node.role = handle._node.role  # a parameter stays a parameter (hoisting)
                 handle._node, handle._index = node, 0
+        start = trace.n_outputs + n_rebound
+        for ref, buf, value in zip(trace.grads_set, outputs[start:], values[start:],
+                                   strict=True):
+            owner = ref()
+            if owner is not None:
+                owner._grad = Tensor(Node.from_buffer(buf, value.type, trace.backend))
+        for ref in trace.grads_cleared:
+            owner = ref()
+            if owner is not None:
+                owner._grad = None
         return _unflatten(trace.out_spec, results)
-
-
-
 
 
 def spec_key(spec: Any) -> Any:

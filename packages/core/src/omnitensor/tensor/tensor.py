@@ -42,7 +42,7 @@ class Tensor(TensorMath, TensorIndexing):
     when read (`numpy`, `item`, `tolist`, `repr`, `realize`) or when a compiled function returns.
     """
 
-    __slots__ = ("__weakref__", "_grad_fn", "_index", "_node", "_parameter", "grad")
+    __slots__ = ("__weakref__", "_grad", "_grad_fn", "_index", "_node", "_parameter")
 
     __array_priority__ = 100  # numpy defers binary operators to Tensor
 
@@ -51,7 +51,22 @@ class Tensor(TensorMath, TensorIndexing):
         self._index = index
         self._parameter: str | None = None
         self._grad_fn: Any = None  # autograd node when this value requires grad
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (set by `backward`), or None."""
+        state = tracing.get()
+        if state is not None:  # `compile` replays reads of gradients held before the call
+            state.read_grad(self)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        state = tracing.get()
+        if state is not None:  # `compile` turns the new gradient into an output of the call
+            state.wrote_grad(self)
+        self._grad = value
 
     def assign(self, value: Tensor) -> Tensor:
         """Rebind this handle to `value`'s value (same shape and dtype); returns self.
