@@ -1,0 +1,95 @@
+"""Exporting a checkpoint as a GGUF file that llama.cpp loads (F32, F16, BF16 or Q8_0 ...).
+
+Weights go from omnitensor's canonical layout back to llama.cpp's (`io.names.to_gguf_tensor`
+redoes llama's rotary q/k row order); hyper-parameters become llama.cpp's metadata keys; a BPE
+tokenizer (byte-level or character vocabularies) becomes ``tokenizer.ggml.*`` keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError
+from ..io.gguf import write_gguf
+from ..io.names import HParams, gguf_metadata_from_hparams, to_gguf_tensor
+from .checkpoint import Checkpoint
+
+__all__ = ["export_gguf", "gguf_tokenizer_metadata"]
+
+
+def gguf_tokenizer_metadata(tokenizer: Any) -> dict[str, Any]:
+    """``tokenizer.ggml.*`` keys for a BPE `tokenizer` (`io.tokenizer.Tokenizer`).
+
+    Raises:
+        FormatError: for tokenizer models GGUF's ``gpt2`` tokenizer cannot express.
+    """
+    spec = json.loads(tokenizer.to_json())
+    model = spec.get("model", {})
+    if model.get("type") not in ("BPE", "WordLevel"):
+        raise FormatError(f"export: only BPE and word-level tokenizers are exported to GGUF "
+                          f"(got {model.get('type')!r}); pass tokenizer_metadata explicitly")
+    vocab: dict[str, int] = dict(model.get("vocab", {}))
+    for added in spec.get("added_tokens", []):
+        vocab[added["content"]] = int(added["id"])
+    tokens = [""] * (max(vocab.values()) + 1 if vocab else 0)
+    for token, index in vocab.items():
+        tokens[index] = token
+    special = {a["content"] for a in spec.get("added_tokens", []) if a.get("special")}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    if not merges:
+        # NOTE: llama.cpp's gpt2 tokenizer needs at least one merge (and the gguf package cannot
+        # write an empty array): add one reserved pair that text never forms. A special token
+        # is never built from text pieces, so merging it with itself is inert.
+        first = next((t for t in tokens if t in special), tokens[0])
+        tokens.append(first + first)
+        merges = [f"{first} {first}"]
+    types = [3 if t in special else 1 for t in tokens]
+    out: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.add_bos_token": bool(tokenizer.add_bos),
+    }
+    for key, value in (("bos", tokenizer.bos_id), ("eos", tokenizer.eos_id),
+                       ("padding", tokenizer.pad_id)):
+        if value is not None:
+            out[f"tokenizer.ggml.{key}_token_id"] = int(value)
+    if tokenizer.chat_template:
+        out["tokenizer.chat_template"] = tokenizer.chat_template
+    return out
+
+
+def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
+                tokenizer_metadata: Mapping[str, Any] | None = None,
+                name: str | None = None) -> Path:
+    """Write `checkpoint` as a GGUF file llama.cpp loads and runs the same.
+
+    Args:
+        checkpoint: weights in omnitensor's layout (`models.open_checkpoint`, or built in memory).
+        path: the output file.
+        dtype: ``"f32"``, ``"f16"``, ``"bf16"``, ``"q8_0"``, ``"q4_0"``, ``"q4_k"`` or ``"q6_k"``
+            for matrices (1-D tensors stay f32, as llama.cpp writes them).
+        tokenizer_metadata: ``tokenizer.ggml.*`` keys; by default made from the checkpoint's
+            tokenizer (`gguf_tokenizer_metadata`).
+        name: ``general.name`` (default: the file's stem).
+
+    Returns:
+        The path written.
+    """
+    fields = HParams.__dataclass_fields__
+    hparams = HParams(**{k: v for k, v in checkpoint.hparams.items() if k in fields})
+    metadata: dict[str, Any] = gguf_metadata_from_hparams(hparams)
+    metadata["general.name"] = name or Path(path).stem
+    if tokenizer_metadata is not None:
+        metadata.update(tokenizer_metadata)
+    elif checkpoint.tokenizer is not None:
+        metadata.update(gguf_tokenizer_metadata(checkpoint.tokenizer))
+    weights = {n: to_gguf_tensor(hparams.arch, n, v, hparams)
+               for n, v in checkpoint.weights.items()}
+    write_gguf(path, metadata, weights, arch=hparams.arch, dtype=dtype)
+    return Path(path)
