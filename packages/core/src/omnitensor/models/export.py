@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import FormatError
 from ..io.gguf import write_gguf
 from ..io.names import HParams, gguf_metadata_from_hparams, to_gguf_tensor
+from ..io.weights import Array, QuantizedArray
 from .checkpoint import Checkpoint
 
 __all__ = ["export_gguf", "gguf_tokenizer_metadata"]
@@ -89,7 +90,9 @@ def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
         metadata.update(tokenizer_metadata)
     elif checkpoint.tokenizer is not None:
         metadata.update(gguf_tokenizer_metadata(checkpoint.tokenizer))
-    weights = {n: to_gguf_tensor(hparams.arch, n, v, hparams)
-               for n, v in checkpoint.weights.items()}
+    weights: dict[str, Array | QuantizedArray] = {}
+    for n, v in checkpoint.weights.items():
+        weights[n] = (to_gguf_tensor(hparams.arch, n, v, hparams) if isinstance(v, QuantizedArray)
+                      else to_gguf_tensor(hparams.arch, n, v, hparams))
     write_gguf(path, metadata, weights, arch=hparams.arch, dtype=dtype)
     return Path(path)
