@@ -19,6 +19,7 @@ from numba.extending import intrinsic as _intrinsic
 __all__ = [
     "FASTMATH",
     "NUMBA_VERSION",
+    "f32_from_bits",
     "f64_from_bits",
     "get_num_threads",
     "jit",
@@ -92,3 +93,17 @@ def _bitcast_i64_f64(typingctx: Any, value: Any) -> Any:
 
 #: ``f64_from_bits(i)``: the float64 whose IEEE bits are the int64 `i` (compiled code only).
 f64_from_bits: Any = _bitcast_i64_f64
+
+
+@_intrinsic
+def _bitcast_i32_f32(typingctx: Any, value: Any) -> Any:
+    sig = _types.float32(_types.int32)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], _llvm_ir.FloatType())
+
+    return sig, codegen
+
+
+#: ``f32_from_bits(i)``: the float32 whose IEEE bits are the int32 `i` (compiled code only).
+f32_from_bits: Any = _bitcast_i32_f32

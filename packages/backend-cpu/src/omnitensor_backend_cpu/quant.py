@@ -5,8 +5,14 @@ short reduction per block and converts a half float each time (3-6 GB/s here). R
 rows with their float32 scales apart, one long vectorized reduction per output row reads the
 weight at memory speed. The repacked form is made by `omnitensor_prepare_weight` when a model
 is loaded (`plugin.py`) and found again by buffer identity; a weight nobody prepared is repacked
-on first use and cached while its (read-only) buffer lives. Formats without a kernel here run
-the core's reference kernel (dequantize, then a BLAS product).
+on first use and cached while its (read-only) buffer lives.
+
+Q4_0, Q4_K and Q6_K are repacked the same way: their integer quants unpacked to int8 rows (Q4_0
+``nibble - 8``, Q6_K ``q - 32``, Q4_K the nibble), one float32 scale per sub-block (32 or 16
+elements; the K formats' super-block scale already multiplied in, as ggml's dequantizer does),
+and for Q4_K one float32 offset per sub-block of 32, applied through the activation's sub-block
+sums (``sum_j x_j (d q_j - m) = sum_j x_j d q_j - m sum_j x_j``). One byte per weight is read,
+not a dequantized float32.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ __all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
 Array = np.ndarray[Any, Any]
 
 #: Formats with a kernel of their own.
-FORMATS: Final = frozenset({"q8_0"})
+FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"})
 
 #: Weight elements (N x K) from which the product runs on numba's thread pool. High on purpose:
 #: on this shared 2-core machine a fork/join per matrix-vector product waits for descheduled
@@ -34,23 +40,91 @@ PARALLEL_THRESHOLD: Final = 1 << 24
 
 
 class Packed:
-    """A Q8_0 weight as int8 rows `qs` (N, K) and float32 block scales `d` (N, K/32)."""
+    """A repacked weight (N, K): int8 quants `qs` (N, K), float32 scales `d` (N, K >> shift).
 
-    __slots__ = ("d", "qs")
+    Attributes:
+        format: the ggml format it came from.
+        qs: the integer quants, one int8 per weight.
+        d: the scale of each sub-block of ``1 << shift`` weights.
+        shift: log2 of the sub-block size (5 or 4).
+        mins: (Q4_K) the offset of each sub-block of 32, subtracted; else None.
+    """
 
-    def __init__(self, qs: Array, d: Array) -> None:
+    __slots__ = ("d", "format", "mins", "qs", "shift")
+
+    def __init__(self, qs: Array, d: Array, *, format: str = "q8_0", shift: int = 5,
+                 mins: Array | None = None) -> None:
         self.qs = qs
         self.d = d
+        self.format = format
+        self.shift = shift
+        self.mins = mins
+
+
+def _f16(raw: Array) -> Array:
+    """Float32 values of little-endian f16 bytes [..., 2]."""
+    out: Array = np.ascontiguousarray(raw).view(np.float16)[..., 0].astype(np.float32)
+    return out
+
+
+def _unpack_q4_0(raw: Array) -> tuple[Array, Array, None]:
+    d = _f16(raw[:, :2])[:, None]
+    qs = raw[:, 2:]
+    nibbles = np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=-1)
+    return nibbles.astype(np.int8) - np.int8(8), d, None
+
+
+def _unpack_q4_k(raw: Array) -> tuple[Array, Array, Array]:
+    n = raw.shape[0]
+    d, dmin = _f16(raw[:, 0:2])[:, None], _f16(raw[:, 2:4])[:, None]
+    # NOTE: ggml's get_scale_min_k4 for the 8 sub-blocks at once (12 bytes of 6-bit pairs).
+    low, mid, high = raw[:, 4:8], raw[:, 8:12], raw[:, 12:16]
+    scales = np.concatenate([low & 0x3F, (high & 0x0F) | ((low >> 6) << 4)], axis=-1)
+    mins = np.concatenate([mid & 0x3F, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
+    shifts = np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    nibbles = (raw[:, 16:].reshape(n, 4, 1, 32) >> shifts) & np.uint8(0x0F)
+    return (nibbles.reshape(n, 256).astype(np.int8), d * scales.astype(np.float32),
+            dmin * mins.astype(np.float32))
+
+
+def _unpack_q6_k(raw: Array) -> tuple[Array, Array, None]:
+    n = raw.shape[0]
+    ql, qh = raw[:, :128], raw[:, 128:192]
+    scales = raw[:, 192:208].view(np.int8).astype(np.float32)
+    d = _f16(raw[:, 208:210])[:, None]
+    shifted = ql.reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    low = (shifted & np.uint8(0x0F)).reshape(n, 256)
+    high = qh.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    high = (high & np.uint8(0x03)).reshape(n, 256)
+    q = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
+    return q, d * scales, None
+
+
+#: format -> (elements per block, bytes per block, log2 sub-block, unpacker of raw [n, bytes]).
+_LAYOUTS: Final[dict[str, tuple[int, int, int, Any]]] = {
+    "q4_0": (32, 18, 5, _unpack_q4_0),
+    "q4_k": (256, 144, 5, _unpack_q4_k),
+    "q6_k": (256, 210, 4, _unpack_q6_k),
+}
 
 
 def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
-    """Repack ggml blocks (uint8 [N, K/32*34]) of logical `shape` (N, K)."""
-    assert format == "q8_0", format
+    """Repack ggml blocks (uint8 [N, K/block*block_bytes]) of logical `shape` (N, K)."""
+    assert format in FORMATS, format
     n, k = shape
-    raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)
-    d = raw[:, :, :2].copy().view(np.float16).astype(np.float32).reshape(n, k // 32)
-    qs = np.ascontiguousarray(raw[:, :, 2:]).view(np.int8).reshape(n, k)
-    return Packed(qs, np.ascontiguousarray(d))
+    if format == "q8_0":
+        raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)
+        d = raw[:, :, :2].copy().view(np.float16).astype(np.float32).reshape(n, k // 32)
+        qs = np.ascontiguousarray(raw[:, :, 2:]).view(np.int8).reshape(n, k)
+        return Packed(qs, np.ascontiguousarray(d))
+    block, nbytes, shift, unpack = _LAYOUTS[format]
+    flat = np.ascontiguousarray(blocks).reshape(n * (k // block), nbytes)
+    with np.errstate(all="ignore"):
+        q, sub_d, sub_m = unpack(flat)
+    mins = None if sub_m is None else np.ascontiguousarray(sub_m.reshape(n, k // 32))
+    return Packed(np.ascontiguousarray(q.reshape(n, k)),
+                  np.ascontiguousarray(sub_d.reshape(n, k >> shift), dtype=np.float32),
+                  format=format, shift=shift, mins=mins)
 
 
 # NOTE: keyed by id(buffer) with a weak reference that proves it is still the same array; the
@@ -103,11 +177,49 @@ def _q8_rows_par(x: Any, qs: Any, d: Any, out: Any) -> None:
             out[m, n] = acc
 
 
+@jit()
+def _qs_rows(x: Any, qs: Any, d: Any, shift: int, mins: Any, xsum: Any, out: Any) -> None:
+    m_rows, k = x.shape
+    for n in range(qs.shape[0]):
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            for j in range(k):
+                acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
+            for b in range(mins.shape[1]):
+                acc -= xsum[m, b] * mins[n, b]
+            out[m, n] = acc
+
+
+@jit(parallel=True)
+def _qs_rows_par(x: Any, qs: Any, d: Any, shift: int, mins: Any, xsum: Any, out: Any) -> None:
+    m_rows, k = x.shape
+    for n in prange(qs.shape[0]):
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            for j in range(k):
+                acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
+            for b in range(mins.shape[1]):
+                acc -= xsum[m, b] * mins[n, b]
+            out[m, n] = acc
+
+
+_NO_MINS: Final = np.zeros((1, 0), np.float32)
+
+
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32."""
     n, k = packed.qs.shape
-    kernel = _q8_rows_par if n * k >= PARALLEL_THRESHOLD else _q8_rows
-    kernel(x, packed.qs, packed.d, out)
+    big = n * k >= PARALLEL_THRESHOLD
+    if packed.format == "q8_0":
+        (_q8_rows_par if big else _q8_rows)(x, packed.qs, packed.d, out)
+        return
+    mins, xsum = packed.mins, _NO_MINS
+    if mins is None:
+        mins = _NO_MINS
+    else:
+        # NOTE: the offsets meet the activation only through its sub-block sums.
+        xsum = np.ascontiguousarray(x.reshape(x.shape[0], k // 32, 32).sum(axis=-1))
+    (_qs_rows_par if big else _qs_rows)(x, packed.qs, packed.d, packed.shift, mins, xsum, out)
 
 
 @jit()

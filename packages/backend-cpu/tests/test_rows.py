@@ -1,0 +1,129 @@
+"""Row kernels: layer norm (as the functional and the benchmark decompose it) and softmax."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import omnitensor as ot
+import omnitensor.functional as F
+from omnitensor.dtypes import DType, float32, float64
+from omnitensor.ir.builder import Builder
+from omnitensor.ir.interpret import evaluate
+from omnitensor.ir.program import Function
+from omnitensor.ir.types import TensorType
+from omnitensor.tensor.graph import capture
+from omnitensor_backend_cpu.backend import CpuBackend
+
+
+def _layer_norm(shape: tuple[int, ...], dtype: DType, *, weight: bool, bias: bool,
+                early_broadcast: bool = False, centred_out: bool = False) -> Function:
+    """Layer norm over the last axis; `early_broadcast` broadcasts the variance before ``+ eps``."""
+    b = Builder()
+    x = b.input(TensorType(shape, dtype))
+    keep = (*shape[:-1], 1)
+    dims = tuple(range(len(shape)))
+    last = (len(shape) - 1,)
+
+    def lit(value: float, to: tuple[int, ...]) -> Any:
+        return b.emit("broadcast_in_dim", b.constant(value, dtype.name), shape=to, dims=())
+
+    def mean(v: Any) -> Any:
+        s = b.emit("reshape", b.emit("reduce_sum", v, axes=last), shape=keep)
+        return b.emit("div", s, lit(float(shape[-1]), keep))
+
+    c = b.emit("sub", x, b.emit("broadcast_in_dim", mean(x), shape=shape, dims=dims))
+    var = mean(b.emit("mul", c, c))
+    if early_broadcast:
+        var = b.emit("broadcast_in_dim", var, shape=shape, dims=dims)
+        r = b.emit("rsqrt", b.emit("add", var, lit(1e-5, shape)))
+    else:
+        r = b.emit("broadcast_in_dim", b.emit("rsqrt", b.emit("add", var, lit(1e-5, keep))),
+                   shape=shape, dims=dims)
+    y = b.emit("mul", c, r)
+    if weight:
+        w = b.input(TensorType(shape[-1:], dtype))
+        y = b.emit("mul", y, b.emit("broadcast_in_dim", w, shape=shape, dims=last))
+    if bias:
+        bb = b.input(TensorType(shape[-1:], dtype))
+        y = b.emit("add", y, b.emit("broadcast_in_dim", bb, shape=shape, dims=last))
+    return b.build([y, c] if centred_out else [y])
+
+
+@pytest.mark.parametrize("dtype", [float32, float64])
+@pytest.mark.parametrize("shape", [(5, 33), (2, 3, 64), (512, 512)])
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True),
+                                         (False, False)])
+@pytest.mark.parametrize("early", [False, True])
+def test_layer_norm_is_one_row_kernel(backend: CpuBackend, dtype: DType, shape: tuple[int, ...],
+                                      weight: bool, bias: bool, early: bool) -> None:
+    fn = _layer_norm(shape, dtype, weight=weight, bias=bias, early_broadcast=early)
+    exe = backend.compile(fn)
+    assert [k for k in exe.plan.kinds if k != "ref"] == ["rows"]
+    assert any("layer_norm" in label for label in exe.plan.labels)
+    rng = np.random.default_rng(0)
+    xs = [(rng.normal(size=shape) * 3 + 1).astype(dtype.np)]
+    xs += [rng.normal(size=shape[-1:]).astype(dtype.np) for _ in range(weight + bias)]
+    (got,) = backend.run(exe, xs)
+    (want,) = evaluate(fn, xs)
+    tol = 2e-5 if dtype == float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_functional_layer_norm_decomposition_is_matched(backend: CpuBackend) -> None:
+    rng = np.random.default_rng(1)
+    arrays = [rng.normal(size=(6, 40)).astype(np.float32), rng.normal(size=40).astype(np.float32),
+              rng.normal(size=40).astype(np.float32)]
+    x, w, bias = (ot.tensor(a) for a in arrays)
+    y = F.layer_norm(x, 40, w, bias)
+    fn = capture([(y._node, y._index)]).function()
+    exe = backend.compile(fn)
+    assert any("layer_norm" in label for label in exe.plan.labels)
+    assert exe.plan.kinds.count("rows") == 1 and "fused" not in exe.plan.kinds
+    inputs = [np.broadcast_to(a, (6, 40)) for a in arrays]
+    (got,) = backend.run(exe, inputs)
+    (want,) = evaluate(fn, inputs)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_layer_norm_whose_centred_value_is_an_output_is_not_a_row_kernel(
+        backend: CpuBackend) -> None:
+    fn = _layer_norm((4, 16), float32, weight=True, bias=True, centred_out=True)
+    exe = backend.compile(fn)
+    assert not any("layer_norm" in label for label in exe.plan.labels)
+    rng = np.random.default_rng(3)
+    xs = [rng.normal(size=(4, 16)).astype(np.float32) for _ in range(1)]
+    xs += [rng.normal(size=16).astype(np.float32) for _ in range(2)]
+    for got, want in zip(backend.run(exe, xs), evaluate(fn, xs), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def _softmax(shape: tuple[int, int], dtype: DType) -> Function:
+    b = Builder()
+    x = b.input(TensorType(shape, dtype))
+    m = b.emit("reduce_max", x, axes=(1,))
+    e = b.emit("exp", b.emit("sub", x, b.emit("broadcast_in_dim", m, shape=shape, dims=(0,))))
+    s = b.emit("reduce_sum", e, axes=(1,))
+    return b.build([b.emit("div", e, b.emit("broadcast_in_dim", s, shape=shape, dims=(0,)))])
+
+
+@pytest.mark.parametrize("dtype", [float32, float64])
+@pytest.mark.parametrize("shape", [(3, 7), (600, 300)])
+def test_softmax_rows_match_the_reference_with_nan_and_inf(backend: CpuBackend, dtype: DType,
+                                                           shape: tuple[int, int]) -> None:
+    fn = _softmax(shape, dtype)
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["rows"]
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=shape) * 20).astype(dtype.np)
+    x[0, 1] = np.nan
+    x[1, 2] = np.inf
+    x[2, :] = -np.inf
+    x[-1, 0] = -200.0  # exp underflows to a denormal or zero
+    (got,) = backend.run(exe, [x])
+    with np.errstate(all="ignore"):
+        (want,) = evaluate(fn, [x])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == float32 else 1e-13, atol=1e-30)
