@@ -53,24 +53,24 @@ def save_model(folder: Path, shape: dict[str, int]) -> Path:
 
 
 def save_gguf(hf: Path, out: Path, dtype: str) -> Path:
-    """The HF folder written as a llama.cpp-layout GGUF of `dtype` (``f32`` or ``q8_0``)."""
-    from omnitensor.io.gguf import write_gguf
-    from omnitensor.io.names import (
-        HParams,
-        gguf_metadata_from_hparams,
-        hparams_from_hf_config,
-        to_gguf_tensor,
-    )
+    """The HF folder exported as a llama.cpp GGUF of `dtype` (``f32`` or ``q8_0``).
+
+    The random model has no tokenizer; llama.cpp still needs ``tokenizer.ggml.*`` keys, so a
+    placeholder byte-level vocabulary of the model's size is written (prompts are token ids).
+    """
+    from omnitensor.models import export_gguf
     from omnitensor.models.checkpoint import from_hf_dir
 
     ck = from_hf_dir(hf)
-    fields = {f for f in HParams.__dataclass_fields__}
-    hp = HParams(**{k: v for k, v in ck.hparams.items() if k in fields})
-    del hparams_from_hf_config
-    tensors = {name: to_gguf_tensor(hp.arch, name, value, hp)
-               for name, value in ck.weights.items()}
-    write_gguf(out, gguf_metadata_from_hparams(hp), tensors, arch=hp.arch, dtype=dtype)
-    return out
+    vocab = int(ck.hparams["vocab_size"])
+    tokens = [f"<t{i}>" for i in range(vocab - 1)] + ["<t0><t0>"]
+    tokenizer = {
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * vocab,
+        "tokenizer.ggml.merges": ["<t0> <t0>"], "tokenizer.ggml.eos_token_id": vocab - 2,
+        "tokenizer.ggml.add_bos_token": False,
+    }
+    return export_gguf(ck, out, dtype=dtype, tokenizer_metadata=tokenizer)
 
 
 # --- systems --------------------------------------------------------------------------------
