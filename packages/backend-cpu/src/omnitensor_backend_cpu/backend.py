@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, final
 
 import numpy as np
 
-from omnitensor.backend import Backend, Capabilities, Executable
-from omnitensor.dtypes import DType
-from omnitensor.ir import Function, Instruction, OpDef, all_ops
+from omnitensor.backend import Capabilities, Executable
+from omnitensor.backend.host import HostArrayBackend, hand_out, reference_op_table
+from omnitensor.ir import Function
 from omnitensor.ir.interpret import check_result_input
 from omnitensor.ir.verify import verify
 
@@ -49,14 +49,9 @@ class CpuExecutable(Executable):
         self.first_run_s: float | None = None
 
 
-def _read_only(array: Array) -> Array:
-    # NOTE: handed-out buffers must never be written (DESIGN §4); numpy enforces it for us.
-    array.flags.writeable = False
-    return array
-
 
 @final
-class CpuBackend(Backend):
+class CpuBackend(HostArrayBackend):
     """The CPU backend (``cpu``): numpy buffers, strided views, fused numba kernels, BLAS."""
 
     name = "cpu"
@@ -68,41 +63,13 @@ class CpuBackend(Backend):
     def capabilities(self) -> Capabilities:
         """Every op x every dtype its declaration allows: ops without a kernel fall back."""
         if self._capabilities is None:
-            ops: dict[str, frozenset[DType]] = {}
-            for name, opdef in all_ops().items():
-                dtypes = set(opdef.dtypes)
-                for spec in opdef.operands:
-                    dtypes.update(spec.dtypes or ())
-                ops[name] = frozenset(dtypes)
             self._capabilities = Capabilities(
-                ops=ops,
+                ops=reference_op_table(),
                 strided_inputs=True,
                 notes={"kernels": "numba (fused), BLAS, numpy reference fallback",
                        "threads": str(self.threads)},
             )
         return self._capabilities
-
-    def supports(self, inst: Instruction) -> str | None:
-        """None for every declared op (the reference kernels back every fast path)."""
-        if inst.op in self.capabilities().ops:
-            return None
-        return f"{inst.op} is not a declared op"
-
-    def upload(self, array: Array) -> Array:
-        """A read-only copy of `array` (the caller may keep writing its own)."""
-        return _read_only(np.array(array, copy=True))
-
-    def download(self, buffer: Any) -> Array:
-        """A writable copy of `buffer` that the caller owns."""
-        return np.array(buffer, copy=True)
-
-    def view(self, buffer: Any, op: OpDef, attrs: Mapping[str, Any]) -> Any | None:
-        """The op's reference kernel applied to `buffer`, when numpy made it a view (no copy)."""
-        with np.errstate(all="ignore"):
-            result = np.asarray(op.reference(buffer, **attrs))
-        if result.size == 0 or np.shares_memory(result, buffer):
-            return result
-        return None
 
     def compile(self, function: Function) -> CpuExecutable:
         """Verify `function` and compile it into a plan (kernels compile on first run)."""
@@ -135,8 +102,7 @@ class CpuBackend(Backend):
                         len(executable.plan.steps), len(executable.plan.groups))
         else:
             outputs = executable.plan.run(arrays, donated)
-        input_ids = {id(x) for x in arrays}
-        return [out if id(out) in input_ids else _read_only(out) for out in outputs]
+        return hand_out(outputs, arrays)
 
     def device_info(self) -> dict[str, str]:
         """The host and the thread count."""

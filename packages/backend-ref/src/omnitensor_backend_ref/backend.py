@@ -6,14 +6,14 @@ declaration allows, never writes a buffer in place and copies only on upload and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, final
 
 import numpy as np
 
-from omnitensor.backend import Backend, Capabilities, Executable
-from omnitensor.dtypes import DType
-from omnitensor.ir import Function, Instruction, OpDef, all_ops
+from omnitensor.backend import Capabilities, Executable
+from omnitensor.backend.host import HostArrayBackend, hand_out, reference_op_table
+from omnitensor.ir import Function
 from omnitensor.ir.interpret import evaluate
 from omnitensor.ir.verify import verify
 
@@ -30,14 +30,9 @@ class RefExecutable(Executable):
         self.function = function
 
 
-def _read_only(array: Array) -> Array:
-    # NOTE: handed-out buffers must never be written (DESIGN §4); numpy enforces it for us.
-    array.flags.writeable = False
-    return array
-
 
 @final
-class RefBackend(Backend):
+class RefBackend(HostArrayBackend):
     """The reference backend (``ref``): numpy buffers, strided views, the reference interpreter."""
 
     name = "ref"
@@ -48,38 +43,11 @@ class RefBackend(Backend):
     def capabilities(self) -> Capabilities:
         """Every op x every dtype its declaration allows (operand-specific dtypes included)."""
         if self._capabilities is None:
-            ops: dict[str, frozenset[DType]] = {}
-            for name, opdef in all_ops().items():
-                dtypes = set(opdef.dtypes)
-                for spec in opdef.operands:
-                    dtypes.update(spec.dtypes or ())
-                ops[name] = frozenset(dtypes)
             self._capabilities = Capabilities(
-                ops=ops, strided_inputs=True, notes={"kernels": "numpy reference"}
+                ops=reference_op_table(), strided_inputs=True,
+                notes={"kernels": "numpy reference"}
             )
         return self._capabilities
-
-    def supports(self, inst: Instruction) -> str | None:
-        """None for every declared op: whatever the verifier accepts, the reference runs."""
-        if inst.op in self.capabilities().ops:
-            return None
-        return f"{inst.op} is not a declared op"
-
-    def upload(self, array: Array) -> Array:
-        """A read-only copy of `array` (the caller may keep writing its own)."""
-        return _read_only(np.array(array, copy=True))
-
-    def download(self, buffer: Any) -> Array:
-        """A writable copy of `buffer` that the caller owns."""
-        return np.array(buffer, copy=True)
-
-    def view(self, buffer: Any, op: OpDef, attrs: Mapping[str, Any]) -> Any | None:
-        """The op's reference kernel applied to `buffer`, when numpy made it a view (no copy)."""
-        with np.errstate(all="ignore"):
-            result = np.asarray(op.reference(buffer, **attrs))
-        if result.size == 0 or np.shares_memory(result, buffer):
-            return result
-        return None
 
     def compile(self, function: Function) -> RefExecutable:
         """Verify `function` (PTIR invariants) and keep it; nothing else to compile."""
@@ -97,9 +65,7 @@ class RefBackend(Backend):
             raise TypeError(f"ref: cannot run {type(executable).__name__} (expected RefExecutable)")
         arrays = [np.asarray(x) for x in inputs]
         outputs = evaluate(executable.function, arrays)
-        input_ids = {id(x) for x in arrays}
-        # Outputs that are inputs themselves are returned as they are (they are ours already).
-        return [out if id(out) in input_ids else _read_only(out) for out in outputs]
+        return hand_out(outputs, arrays)
 
     def device_info(self) -> dict[str, str]:
         """The host."""

@@ -1,0 +1,75 @@
+"""Shared pieces of backends whose buffers are host numpy arrays (ref, cpu, third parties).
+
+Buffer handling is the same for every such backend: uploads are read-only copies, downloads are
+copies the caller owns, movement ops become numpy views where numpy makes them, and handed-out
+results are read-only (DESIGN §4). Compiling and running stay each backend's own business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType
+from ..ir.opdef import OpDef, all_ops
+from ..ir.program import Instruction
+from .contract import Backend
+
+__all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_op_table"]
+
+Array = np.ndarray[Any, Any]
+
+
+def reference_op_table() -> dict[str, frozenset[DType]]:
+    """Every op x every dtype its declaration allows (operand-specific dtypes included)."""
+    ops: dict[str, frozenset[DType]] = {}
+    for name, opdef in all_ops().items():
+        dtypes = set(opdef.dtypes)
+        for spec in opdef.operands:
+            dtypes.update(spec.dtypes or ())
+        ops[name] = frozenset(dtypes)
+    return ops
+
+
+def read_only(array: Array) -> Array:
+    """`array`, marked read-only: handed-out buffers must never be written (DESIGN §4)."""
+    array.flags.writeable = False
+    return array
+
+
+def hand_out(outputs: Sequence[Array], inputs: Sequence[Array]) -> list[Array]:
+    """Run outputs made read-only; outputs that are inputs themselves are returned as they are."""
+    input_ids = {id(x) for x in inputs}
+    return [out if id(out) in input_ids else read_only(out) for out in outputs]
+
+
+class HostArrayBackend(Backend):
+    """A backend whose buffers are numpy arrays (strided, so views are free).
+
+    Subclasses implement `capabilities`, `compile` and `run`; `reference_op_table` gives the
+    table of a backend that runs every op (falling back to the reference kernels).
+    """
+
+    def supports(self, inst: Instruction) -> str | None:
+        """None for every op in the capability table."""
+        if inst.op in self.capabilities().ops:
+            return None
+        return f"{inst.op} is not a declared op"
+
+    def upload(self, array: Array) -> Array:
+        """A read-only copy of `array` (the caller may keep writing its own)."""
+        return read_only(np.array(array, copy=True))
+
+    def download(self, buffer: Any) -> Array:
+        """A writable copy of `buffer` that the caller owns."""
+        return np.array(buffer, copy=True)
+
+    def view(self, buffer: Any, op: OpDef, attrs: Mapping[str, Any]) -> Any | None:
+        """The op's reference kernel applied to `buffer`, when numpy made it a view (no copy)."""
+        with np.errstate(all="ignore"):
+            result = np.asarray(op.reference(buffer, **attrs))
+        if result.size == 0 or np.shares_memory(result, buffer):
+            return result
+        return None
