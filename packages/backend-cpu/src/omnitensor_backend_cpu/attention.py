@@ -1,0 +1,234 @@
+"""Fused scaled-dot-product attention and rotary embedding kernels.
+
+Attention runs one (batch, query head) pair per task: for each query row the scores against
+every key, the softmax and the weighted sum of values, without materializing the (T, S) score
+matrix or copying the KV cache (keys and values are read where they lie, in any layout). Keys
+the causal rule, the cache length or a boolean mask exclude are never multiplied: their score is
+the lowest float, as in the decomposition (so a row with no key left averages every value, as
+the reference does). Grouped-query heads read their shared KV head (``h // (Hq / Hkv)``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import numpy as np
+
+from ._compat import jit, prange
+from .mathlib import exp32f
+
+__all__ = ["PARALLEL_MIN_WORK", "rotary", "sdpa"]
+
+Array = np.ndarray[Any, Any]
+
+#: Multiply-adds (B * Hq * T * S * D) from which attention uses numba's thread pool.
+PARALLEL_MIN_WORK: Final = 1 << 21
+
+
+@jit(inline=True)
+def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+            scale: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int, out: Any,
+            scores: Any) -> None:
+    t_len, d_len = q.shape[2], q.shape[3]
+    s_len, dv_len = k.shape[2], v.shape[3]
+    lowest = np.float32(np.finfo(np.float32).min)
+    sc = np.float32(scale)
+    for t in range(t_len):
+        limit = s_len
+        if causal:
+            limit = min(limit, qpos[t] + 1)
+        if kvlen >= 0:
+            limit = min(limit, kvlen)
+        m = np.float32(-np.inf)
+        for s in range(s_len):
+            ok = s < limit
+            if has_keep:
+                ok = ok and keep[b, h, t, s]
+            if ok:
+                acc = np.float32(0.0)
+                for d in range(d_len):
+                    acc += q[b, h, t, d] * k[b, kh, s, d]
+                value = acc * sc
+                if has_add:
+                    value = value + add[b, h, t, s]
+            else:
+                value = lowest
+            scores[s] = value
+            m = value if value > m else m
+        # NaN scores (from the inputs or an additive mask) make the row NaN, as in the reference.
+        total = np.float32(0.0)
+        for s in range(s_len):
+            e = exp32f(scores[s] - m)
+            scores[s] = e
+            total += e
+        inv = np.float32(1.0) / total
+        for d in range(dv_len):
+            out[b, h, t, d] = 0.0
+        for s in range(s_len):
+            p = scores[s] * inv
+            for d in range(dv_len):
+                out[b, h, t, d] += p * v[b, kh, s, d]
+
+
+@jit(inline=True)
+def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+            scale: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int, out: Any,
+            scores: Any) -> None:
+    t_len, d_len = q.shape[2], q.shape[3]
+    s_len, dv_len = k.shape[2], v.shape[3]
+    lowest = np.finfo(np.float64).min
+    for t in range(t_len):
+        limit = s_len
+        if causal:
+            limit = min(limit, qpos[t] + 1)
+        if kvlen >= 0:
+            limit = min(limit, kvlen)
+        m = -np.inf
+        nan = False
+        for s in range(s_len):
+            ok = s < limit
+            if has_keep:
+                ok = ok and keep[b, h, t, s]
+            if ok:
+                acc = 0.0
+                for d in range(d_len):
+                    acc += q[b, h, t, d] * k[b, kh, s, d]
+                value = acc * scale
+                if has_add:
+                    value = value + add[b, h, t, s]
+            else:
+                value = lowest
+            scores[s] = value
+            nan |= value != value
+            m = value if value > m else m
+        if nan:
+            m = np.nan
+        total = 0.0
+        for s in range(s_len):
+            e = math.exp(scores[s] - m)
+            scores[s] = e
+            total += e
+        for d in range(dv_len):
+            out[b, h, t, d] = 0.0
+        for s in range(s_len):
+            p = scores[s] / total
+            for d in range(dv_len):
+                out[b, h, t, d] += p * v[b, kh, s, d]
+
+
+@jit()
+def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+            scale: float, has_add: bool, has_keep: bool, out: Any, lo: int, hi: int) -> None:
+    n_h = q.shape[1]
+    groups = n_h // k.shape[1]
+    scores = np.empty(k.shape[2], np.float32)
+    for task in range(lo, hi):
+        b, h = task // n_h, task % n_h
+        _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, has_add, has_keep, b, h,
+                h // groups, out, scores)
+
+
+@jit()
+def _sdpa64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+            scale: float, has_add: bool, has_keep: bool, out: Any, lo: int, hi: int) -> None:
+    n_h = q.shape[1]
+    groups = n_h // k.shape[1]
+    scores = np.empty(k.shape[2], np.float64)
+    for task in range(lo, hi):
+        b, h = task // n_h, task % n_h
+        _head64(q, k, v, add, keep, qpos, causal, kvlen, scale, has_add, has_keep, b, h,
+                h // groups, out, scores)
+
+
+@jit(parallel=True)
+def _sdpa32_par(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool,
+                kvlen: int, scale: float, has_add: bool, has_keep: bool, out: Any, lo: int,
+                hi: int) -> None:
+    # NOTE: each task is a call of the serial kernel (vectorized on its own; a body inlined
+    # into the parallel region would not be).
+    for task in prange(lo, hi):
+        _sdpa32(q, k, v, add, keep, qpos, causal, kvlen, scale, has_add, has_keep, out, task,
+                task + 1)
+
+
+def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
+    """`mask` broadcast to `shape` (a strided view, no copy), or a stand-in of that shape."""
+    if mask is None:
+        return np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), shape), False
+    return np.broadcast_to(np.asarray(mask, dtype), shape), True
+
+
+def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
+         mask: Array | None = None, q_positions: Array | None = None,
+         kv_length: int | None = None, causal: bool = False) -> None:
+    """``out = softmax(q k^T * scale + mask) v`` per head, GQA-aware, into `out`.
+
+    Args:
+        q: (B, Hq, T, D) float32/float64, any strides.
+        k: (B, Hkv, S, D); Hq is a multiple of Hkv.
+        v: (B, Hkv, S, Dv).
+        out: (B, Hq, T, Dv), written.
+        scale: the score scale.
+        mask: boolean (True attends) or additive float mask broadcastable to (B, Hq, T, S).
+        q_positions: (T,) absolute query positions (causal); default ``S - T + i``.
+        kv_length: keys at positions >= kv_length are excluded (a fixed-capacity cache).
+        causal: query i sees keys at positions <= its own.
+    """
+    n_b, n_h, t_len, _ = q.shape
+    s_len = k.shape[2]
+    if out.size == 0:
+        return
+    shape = (n_b, n_h, t_len, s_len)
+    bool_mask = mask is not None and np.asarray(mask).dtype == np.bool_
+    add, has_add = _full(None if bool_mask else mask, shape, q.dtype)
+    keep, has_keep = _full(mask if bool_mask else None, shape, np.bool_)
+    if q_positions is None:
+        qpos = np.arange(t_len, dtype=np.int64) + (s_len - t_len)
+    else:
+        qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
+    kvlen = -1 if kv_length is None else max(int(kv_length), 0)
+    work = n_b * n_h * t_len * s_len * q.shape[3]
+    args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), has_add, has_keep, out, 0,
+            n_b * n_h)
+    if q.dtype != np.float32:
+        _sdpa64(*args)
+    elif work >= PARALLEL_MIN_WORK and n_b * n_h > 1:
+        _sdpa32_par(*args)
+    else:
+        _sdpa32(*args)
+
+
+@jit()
+def _rotary(x: Any, cos: Any, sin: Any, interleaved: bool, out: Any) -> None:
+    half = x.shape[1] // 2
+    for r in range(x.shape[0]):
+        if interleaved:
+            for j in range(half):
+                a, b = x[r, 2 * j], x[r, 2 * j + 1]
+                out[r, 2 * j] = a * cos[r, j] - b * sin[r, j]
+                out[r, 2 * j + 1] = b * cos[r, j] + a * sin[r, j]
+        else:
+            for j in range(half):
+                a, b = x[r, j], x[r, half + j]
+                out[r, j] = a * cos[r, j] - b * sin[r, j]
+                out[r, half + j] = b * cos[r, j] + a * sin[r, j]
+
+
+def rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved: bool = False) -> None:
+    """Rotary embedding of `x` (..., D) by `cos`/`sin` broadcastable to (..., D/2), into `out`.
+
+    Halves rotate as ``(x1 cos - x2 sin, x2 cos + x1 sin)``; `interleaved` pairs neighbours
+    (x[2j], x[2j+1]) instead of the two halves.
+    """
+    if x.size == 0:
+        return
+    d = x.shape[-1]
+    half_shape = (*x.shape[:-1], d // 2)
+    rows = x.size // d
+    # NOTE: a broadcast table reshaped to rows copies it (a few KB per call); x is read in place
+    # when contiguous.
+    c = np.ascontiguousarray(np.broadcast_to(cos, half_shape)).reshape(rows, d // 2)
+    s = np.ascontiguousarray(np.broadcast_to(sin, half_shape)).reshape(rows, d // 2)
+    _rotary(np.ascontiguousarray(x).reshape(rows, d), c.astype(x.dtype, copy=False),
+            s.astype(x.dtype, copy=False), interleaved, out.reshape(rows, d))

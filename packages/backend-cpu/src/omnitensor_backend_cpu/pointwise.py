@@ -1,0 +1,134 @@
+"""Activation kernels of the composites: GELU (erf and tanh), SiLU, and the gated SwiGLU/GeGLU.
+
+One flat loop over C-contiguous operands (callers copy strided ones), float32 through the
+vectorizable `mathlib` forms (8 lanes, no libm calls), float64 through ``math``. The mode is an
+argument, not a constant, so one compiled kernel serves every shape and every mode of a dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import numpy as np
+
+from ._compat import jit, prange
+from .mathlib import erf32f, logistic32f
+
+__all__ = ["GELU_ERF", "GELU_TANH", "SILU", "activation"]
+
+Array = np.ndarray[Any, Any]
+
+#: Activation modes (the kernels' `mode` argument).
+GELU_ERF: Final = 0
+GELU_TANH: Final = 1
+SILU: Final = 2
+
+#: Elements from which a kernel runs on numba's thread pool (below, fork/join costs more).
+PARALLEL_THRESHOLD: Final = 1 << 18
+
+_FM: Final = frozenset({"contract"})
+_SQRT_2_OVER_PI: Final = 0.7978845608028654
+_INV_SQRT2: Final = 0.7071067811865476
+
+
+@jit(fastmath=_FM, inline=True)
+def _gelu_erf32(x: Any) -> Any:
+    return np.float32(0.5) * x * (np.float32(1.0) + erf32f(x * np.float32(_INV_SQRT2)))
+
+
+@jit(fastmath=_FM, inline=True)
+def _gelu_tanh32(x: Any) -> Any:
+    # NOTE: 0.5 x (1 + tanh u) = x / (1 + e**(-2u)): one exp and one division instead of a
+    # tanh (no cancellation for negative u either).
+    inner = np.float32(2 * _SQRT_2_OVER_PI) * (x + np.float32(0.044715) * (x * x * x))
+    y = x * logistic32f(inner)
+    return y if x != -np.inf else x - x  # -inf: NaN (-inf * 0), as the decomposition gives
+
+
+@jit(fastmath=_FM, inline=True)
+def _silu32(x: Any) -> Any:
+    y = x * logistic32f(x)
+    return y if x != -np.inf else x - x
+
+
+@jit(fastmath=_FM, inline=True)
+def _act64(x: Any, mode: int) -> Any:
+    if mode == 0:
+        return 0.5 * x * (1.0 + math.erf(x * _INV_SQRT2))
+    if mode == 1:
+        return 0.5 * x * (1.0 + math.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+    return x * (1.0 / (1.0 + math.exp(-x)))
+
+
+# NOTE: one loop per mode (the mode is tested once, outside), so each loop is branch-free and
+# vectorizes; `up` is read only by the gated form (`gated` False passes `x` again).
+
+
+@jit(fastmath=_FM, inline=True)
+def _span32(x: Any, up: Any, out: Any, mode: int, gated: bool, lo: int, hi: int) -> None:
+    if gated:
+        if mode == 0:
+            for i in range(lo, hi):
+                out[i] = _gelu_erf32(x[i]) * up[i]
+        elif mode == 1:
+            for i in range(lo, hi):
+                out[i] = _gelu_tanh32(x[i]) * up[i]
+        else:
+            for i in range(lo, hi):
+                out[i] = _silu32(x[i]) * up[i]
+    elif mode == 0:
+        for i in range(lo, hi):
+            out[i] = _gelu_erf32(x[i])
+    elif mode == 1:
+        for i in range(lo, hi):
+            out[i] = _gelu_tanh32(x[i])
+    else:
+        for i in range(lo, hi):
+            out[i] = _silu32(x[i])
+
+
+#: Elements per parallel chunk (each chunk is one vectorized loop).
+_CHUNK: Final = 1 << 14
+
+
+@jit(fastmath=_FM)
+def _act32(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
+    _span32(x, up, out, mode, gated, 0, x.shape[0])
+
+
+@jit(fastmath=_FM, parallel=True)
+def _act32_par(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
+    # NOTE: each chunk calls the serial kernel (its own, vectorized, compiled function): a
+    # loop body inlined into the parallel region is not vectorized by numba's parfor lowering.
+    n = x.shape[0]
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        lo, hi = c * _CHUNK, min(n, (c + 1) * _CHUNK)
+        _act32(x[lo:hi], up[lo:hi], out[lo:hi], mode, gated)
+
+
+@jit(fastmath=_FM)
+def _act64_all(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
+    for i in range(x.shape[0]):
+        y = _act64(x[i], mode)
+        out[i] = y * up[i] if gated else y
+
+
+def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None:
+    """``out = act(x)`` (or ``act(x) * up``, the gated form), flat, in `x`'s dtype.
+
+    Args:
+        x: float32/float64 array (any layout; copied when not C-contiguous).
+        out: C-contiguous result of `x`'s shape and dtype.
+        mode: `GELU_ERF`, `GELU_TANH` or `SILU`.
+        up: the other half of a gated unit, `x`'s shape, or None.
+    """
+    flat_x = np.ascontiguousarray(x).reshape(-1)
+    flat_up = flat_x if up is None else np.ascontiguousarray(up).reshape(-1)
+    flat_out = out.reshape(-1)
+    gated = up is not None
+    if x.dtype == np.float32:
+        big = flat_x.size >= PARALLEL_THRESHOLD
+        (_act32_par if big else _act32)(flat_x, flat_up, flat_out, mode, gated)
+    else:
+        _act64_all(flat_x, flat_up, flat_out, mode, gated)

@@ -1,0 +1,251 @@
+"""Row kernels of the composites over the trailing axis: softmax, log_softmax, layer and RMS norm.
+
+A row at a time, so a row stays in cache: one read and one write of memory in all. Operands are
+2-D C-contiguous (rows, cols) views (callers reshape, copying only strided inputs); a norm's
+weight and bias are (cols,) vectors. Sizes and flags are arguments, so one compiled kernel per
+dtype serves every shape. float32 rows use float32 arithmetic with `mathlib`'s vectorizable exp
+and float64 sums; float64 rows use ``math``.
+
+The parallel variants split the rows into blocks, each block a call of the serial kernel (a
+loop body inlined into numba's parallel region is not vectorized).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import numpy as np
+
+from ._compat import jit, prange
+from .mathlib import exp32f
+
+__all__ = ["PARALLEL_THRESHOLD", "layer_norm", "log_softmax", "rms_norm", "softmax"]
+
+Array = np.ndarray[Any, Any]
+
+#: Elements from which a row kernel runs on numba's thread pool.
+PARALLEL_THRESHOLD: Final = 1 << 18
+
+#: Lanes of the max reduction (two AVX-512 registers of float32).
+_LANES: Final = 32
+
+
+@jit(inline=True)
+def _row_max32(x: Any) -> Any:
+    # NOTE: `v if v > m else m` per lane is a vmaxps; as one scalar reduction LLVM would not
+    # vectorize it without `nnan`. A NaN is skipped here but reaches the sum through exp, so the
+    # row still becomes NaN, as in the reference.
+    n = x.shape[0]
+    lanes = np.full(_LANES, -np.inf, np.float32)
+    body = n - n % _LANES
+    for start in range(0, body, _LANES):
+        for j in range(_LANES):
+            v = x[start + j]
+            lanes[j] = v if v > lanes[j] else lanes[j]
+    m = np.float32(-np.inf)
+    for j in range(_LANES):
+        m = lanes[j] if lanes[j] > m else m
+    for j in range(body, n):
+        m = x[j] if x[j] > m else m
+    return m
+
+
+@jit(inline=True)
+def _exp_sum32(x: Any, m: Any, out: Any, store: bool) -> float:
+    # NOTE: float32 partial sums over chunks of 256 (a float64 accumulator in the loop would stop
+    # it from vectorizing), the chunks summed in float64.
+    n = x.shape[0]
+    total = 0.0
+    for start in range(0, n, 256):
+        part = np.float32(0.0)
+        if store:
+            for j in range(start, min(start + 256, n)):
+                e = exp32f(x[j] - m)
+                out[j] = e
+                part += e
+        else:
+            for j in range(start, min(start + 256, n)):
+                part += exp32f(x[j] - m)
+        total += np.float64(part)
+    return total
+
+
+@jit()
+def _softmax32(x: Any, out: Any, log: bool) -> None:
+    for r in range(x.shape[0]):
+        row, dst = x[r], out[r]
+        m = _row_max32(row)
+        if log:
+            lse = np.float32(math.log(_exp_sum32(row, m, dst, False)))
+            for j in range(row.shape[0]):
+                dst[j] = (row[j] - m) - lse
+        else:
+            # NOTE: the exponentials are computed again rather than stored and re-read: one
+            # write of the row instead of two, and exp32f is cheaper than the extra traffic.
+            inv = np.float32(1.0) / np.float32(_exp_sum32(row, m, dst, False))
+            for j in range(row.shape[0]):
+                dst[j] = exp32f(row[j] - m) * inv
+
+
+@jit()
+def _softmax64(x: Any, out: Any, log: bool) -> None:
+    for r in range(x.shape[0]):
+        row, dst = x[r], out[r]
+        m = -np.inf
+        nan = False
+        for j in range(row.shape[0]):
+            v = row[j]
+            nan |= v != v
+            m = v if v > m else m
+        if nan:
+            m = np.nan
+        total = 0.0
+        for j in range(row.shape[0]):
+            e = math.exp(row[j] - m)
+            if not log:
+                dst[j] = e
+            total += e
+        if log:
+            lse = math.log(total)
+            for j in range(row.shape[0]):
+                dst[j] = (row[j] - m) - lse
+        else:
+            for j in range(row.shape[0]):
+                dst[j] = dst[j] / total
+
+
+@jit()
+def _norm32(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: float) -> None:
+    # flags: 1 weighted, 2 biased. Layer norm (`centre`) subtracts the mean first; RMS norm
+    # does not. Sums in float64, the mean and variance rounded to float32 as the reference does.
+    cols = x.shape[1]
+    n = np.float32(cols)
+    for r in range(x.shape[0]):
+        row, dst = x[r], out[r]
+        mean = np.float32(0.0)
+        if centre:
+            total = 0.0
+            for start in range(0, cols, 256):
+                part = np.float32(0.0)
+                for j in range(start, min(start + 256, cols)):
+                    part += row[j]
+                total += np.float64(part)
+            mean = np.float32(total) / n
+        squares = 0.0
+        for start in range(0, cols, 256):
+            part = np.float32(0.0)
+            for j in range(start, min(start + 256, cols)):
+                c = row[j] - mean
+                part += c * c
+            squares += np.float64(part)
+        var = np.float32(squares) / n
+        scale = np.float32(1.0 / math.sqrt(np.float64(var + np.float32(eps))))
+        if flags == 3:
+            for j in range(cols):
+                dst[j] = ((row[j] - mean) * scale) * w[j] + b[j]
+        elif flags == 1:
+            for j in range(cols):
+                dst[j] = ((row[j] - mean) * scale) * w[j]
+        elif flags == 2:
+            for j in range(cols):
+                dst[j] = ((row[j] - mean) * scale) + b[j]
+        else:
+            for j in range(cols):
+                dst[j] = (row[j] - mean) * scale
+
+
+@jit()
+def _norm64(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: float) -> None:
+    cols = x.shape[1]
+    for r in range(x.shape[0]):
+        row, dst = x[r], out[r]
+        mean = 0.0
+        if centre:
+            for j in range(cols):
+                mean += row[j]
+            mean /= cols
+        squares = 0.0
+        for j in range(cols):
+            c = row[j] - mean
+            squares += c * c
+        scale = 1.0 / math.sqrt(squares / cols + eps)
+        for j in range(cols):
+            y = (row[j] - mean) * scale
+            y = y * w[j] if flags & 1 else y
+            dst[j] = y + b[j] if flags & 2 else y
+
+
+_BLOCK: Final = 16
+
+
+@jit(parallel=True)
+def _softmax32_par(x: Any, out: Any, log: bool) -> None:
+    rows = x.shape[0]
+    for blk in prange((rows + _BLOCK - 1) // _BLOCK):
+        lo, hi = blk * _BLOCK, min(rows, (blk + 1) * _BLOCK)
+        _softmax32(x[lo:hi], out[lo:hi], log)
+
+
+@jit(parallel=True)
+def _norm32_par(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: float) -> None:
+    rows = x.shape[0]
+    for blk in prange((rows + _BLOCK - 1) // _BLOCK):
+        lo, hi = blk * _BLOCK, min(rows, (blk + 1) * _BLOCK)
+        _norm32(x[lo:hi], w, b, out[lo:hi], centre, flags, eps)
+
+
+def _rows(x: Array, cols: int) -> Array:
+    return np.ascontiguousarray(x).reshape(-1, cols)
+
+
+def _big(x: Array) -> bool:
+    return x.size >= PARALLEL_THRESHOLD and x.shape[0] > _BLOCK
+
+
+def softmax(x: Array, out: Array, *, log: bool = False) -> None:
+    """Softmax (or log-softmax) of `x` over its last axis into the C-contiguous `out`."""
+    if x.size == 0:
+        return
+    cols = x.shape[-1] if x.ndim else 1
+    xs, dst = _rows(x, cols), out.reshape(-1, cols)
+    if x.dtype == np.float32:
+        (_softmax32_par if _big(xs) else _softmax32)(xs, dst, log)
+    else:
+        _softmax64(xs, dst, log)
+
+
+def log_softmax(x: Array, out: Array) -> None:
+    """Log-softmax of `x` over its last axis into `out`."""
+    softmax(x, out, log=True)
+
+
+def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,
+          centre: bool, axes: int) -> None:
+    if x.size == 0:
+        return
+    cols = math.prod(x.shape[x.ndim - axes:])
+    xs = _rows(x, cols)
+    dst = out.reshape(xs.shape)
+    flags = (weight is not None) | (bias is not None) << 1
+    w = np.ascontiguousarray(weight, x.dtype).reshape(cols) if weight is not None else xs[0]
+    b = np.ascontiguousarray(bias, x.dtype).reshape(cols) if bias is not None else xs[0]
+    if x.dtype == np.float32:
+        (_norm32_par if _big(xs) else _norm32)(xs, w, b, dst, centre, flags, eps)
+    else:
+        _norm64(xs, w, b, dst, centre, flags, eps)
+
+
+def layer_norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,
+               axes: int = 1) -> None:
+    """Layer norm of `x` over its trailing `axes` into `out`.
+
+    `weight` and `bias` hold one value per normalized element (any shape of that size, e.g.
+    the trailing shape or a broadcast of it); None leaves them out.
+    """
+    _norm(x, weight, bias, out, eps, True, axes)
+
+
+def rms_norm(x: Array, weight: Array | None, out: Array, eps: float, axes: int = 1) -> None:
+    """RMS norm of `x` over its trailing `axes` (weight as in `layer_norm`), into `out`."""
+    _norm(x, weight, None, out, eps, False, axes)

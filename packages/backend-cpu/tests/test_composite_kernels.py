@@ -1,0 +1,159 @@
+"""The composites' kernels against float64 numpy forms of the same math (edges included)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from omnitensor_backend_cpu import attention, pointwise, rowops
+
+Array = np.ndarray[Any, Any]
+
+
+def _rel(actual: Array, expected: Array) -> float:
+    """Normalized RMS error, as the conformance suite's NMSE check measures it."""
+    keep = np.isfinite(expected)
+    diff = np.asarray(actual, np.float64)[keep] - expected[keep]
+    return float(np.sqrt(np.mean(diff**2) / max(np.mean(expected[keep] ** 2), 1e-300)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", [pointwise.GELU_ERF, pointwise.GELU_TANH, pointwise.SILU])
+@pytest.mark.parametrize("gated", [False, True])
+def test_activations(dtype: Any, mode: int, gated: bool) -> None:
+    rng = np.random.default_rng(mode)
+    size = 70000 if dtype == np.float64 else 300001  # the float32 one crosses into threads
+    x = (rng.normal(size=size) * 4).astype(dtype)
+    x[:6] = [0.0, -0.0, 1e-30, -30.0, 30.0, -100.0]
+    up = rng.normal(size=size).astype(dtype) if gated else None
+    out = np.empty_like(x)
+    pointwise.activation(x, out, mode, up)
+    x64 = x.astype(np.float64)
+    want = {
+        pointwise.GELU_ERF: 0.5 * x64 * (1 + erf(x64 / np.sqrt(2))),
+        pointwise.GELU_TANH: 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi)
+                                                      * (x64 + 0.044715 * x64**3))),
+        pointwise.SILU: x64 / (1 + np.exp(-x64)),
+    }[mode]
+    if up is not None:
+        want = want * up
+    assert _rel(out, want) < (1e-6 if dtype == np.float32 else 1e-13)
+    # NOTE: 1 + erf(x) cancels for negative x in any float32 evaluation (the decomposition's
+    # too), so the element bound has an absolute part proportional to |x|.
+    assert np.all(np.abs(out - want) <= 1e-6 * np.abs(want) + 2e-7 * np.abs(x64) + 1e-37)
+    nan = np.array([np.nan, np.inf, -np.inf], dtype)
+    res = np.empty_like(nan)
+    pointwise.activation(nan, res, mode)
+    assert np.isnan(res[0]) and res[1] == np.inf and np.isnan(res[2])  # -inf * 0, as decomposed
+
+
+def _softmax(x: Array) -> Array:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(3, 5), (700, 513), (2, 3, 40)])
+def test_softmax_and_log_softmax(dtype: Any, shape: tuple[int, ...]) -> None:
+    x = (np.random.default_rng(1).normal(size=shape) * 5).astype(dtype)
+    x64 = x.astype(np.float64)
+    out = np.empty_like(x)
+    rowops.softmax(x[..., ::-1], out)  # strided input
+    assert _rel(out, _softmax(x64[..., ::-1])) < 1e-6
+    rowops.log_softmax(x, out)
+    assert _rel(out, np.log(_softmax(x64))) < 1e-6
+
+
+def test_softmax_nan_and_infinite_rows() -> None:
+    x = np.array([[1.0, np.nan, 2.0], [-np.inf, 0.0, -np.inf], [np.inf, 0.0, 1.0]], np.float32)
+    out = np.empty_like(x)
+    rowops.softmax(x, out)
+    with np.errstate(all="ignore"):
+        want = _softmax(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_allclose(out[1], [0.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("affine", [(False, False), (True, False), (True, True)])
+def test_norms(dtype: Any, affine: tuple[bool, bool]) -> None:
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(600, 2, 300)) * 3 + 1).astype(dtype)
+    w = rng.normal(size=(2, 300)).astype(dtype) if affine[0] else None
+    b = rng.normal(size=(2, 300)).astype(dtype) if affine[1] else None
+    out = np.empty_like(x)
+    x64 = x.astype(np.float64).reshape(600, 600)
+    rowops.layer_norm(x, w, b, out, 1e-5, axes=2)
+    c = x64 - x64.mean(-1, keepdims=True)
+    want = c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5)
+    want = want * (1 if w is None else w.reshape(-1)) + (0 if b is None else b.reshape(-1))
+    assert _rel(out.reshape(600, 600), want) < 1e-6
+    rowops.rms_norm(x, w, out, 1e-6, axes=2)
+    want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
+    want = want * (1 if w is None else w.reshape(-1))
+    assert _rel(out.reshape(600, 600), want) < 1e-6
+
+
+def _attention(q: Array, k: Array, v: Array, scale: float, keep: Array,
+               add: Array | float = 0.0) -> Array:
+    groups = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    s = np.einsum("bhtd,bhsd->bhts", q.astype(np.float64), k) * scale + add
+    s = np.where(keep, s, np.finfo(q.dtype).min)
+    return np.einsum("bhts,bhsd->bhtd", _softmax(s), v)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_decode_against_a_cache(dtype: Any) -> None:
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(2, 6, 1, 16)).astype(dtype)
+    cache_k = rng.normal(size=(2, 2, 32, 16)).astype(dtype)
+    cache_v = rng.normal(size=(2, 2, 32, 16)).astype(dtype)
+    out = np.empty((2, 6, 1, 16), dtype)
+    attention.sdpa(q, cache_k, cache_v, out, scale=0.25, q_positions=np.array([9]),
+                   kv_length=10, causal=True)
+    keep = np.arange(32) < 10
+    assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 1e-6
+
+
+@pytest.mark.parametrize("masking", ["causal", "bool", "additive", "none-left"])
+def test_attention_masks(masking: str) -> None:
+    rng = np.random.default_rng(4)
+    q = rng.normal(size=(3, 4, 24, 8)).astype(np.float32)
+    k = rng.normal(size=(3, 4, 24, 8)).astype(np.float32).transpose(0, 1, 2, 3)[..., ::-1]
+    v = rng.normal(size=(3, 4, 24, 8)).astype(np.float32)
+    out = np.empty_like(q)
+    keep: Array = np.ones((24, 24), bool)
+    add: Array | float = 0.0
+    if masking == "causal":
+        attention.sdpa(q, k, v, out, scale=0.3, causal=True)
+        keep = np.tril(keep)
+    elif masking == "bool":
+        keep = rng.random((3, 1, 1, 24)) > 0.3
+        attention.sdpa(q, k, v, out, scale=0.3, mask=keep)
+    elif masking == "additive":
+        add = rng.normal(size=(1, 1, 24, 24)).astype(np.float32)
+        attention.sdpa(q, k, v, out, scale=0.3, mask=add)
+    else:
+        keep = np.zeros((3, 1, 1, 24), bool)
+        attention.sdpa(q, k, v, out, scale=0.3, mask=keep)
+    assert _rel(out, _attention(q, k, v, 0.3, keep, add)) < 1e-6
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary(interleaved: bool) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 5, 8)).astype(np.float32)
+    cos, sin = (rng.normal(size=(5, 4)).astype(np.float32) for _ in range(2))
+    out = np.empty_like(x)
+    attention.rotary(x, cos, sin, out, interleaved=interleaved)
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+        want = np.stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
+    else:
+        a, b = x[..., :4], x[..., 4:]
+        want = np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
