@@ -107,3 +107,12 @@ def _bitcast_i32_f32(typingctx: Any, value: Any) -> Any:
 
 #: ``f32_from_bits(i)``: the float32 whose IEEE bits are the int32 `i` (compiled code only).
 f32_from_bits: Any = _bitcast_i32_f32
+
+
+def _apply_pending_threads() -> None:
+    from . import threads
+
+    threads.numba_loaded(set_num_threads)
+
+
+_apply_pending_threads()

@@ -25,9 +25,6 @@ from omnitensor.dtypes import DType, bool_, float32, float64
 from omnitensor.ir.program import Instruction
 from omnitensor.ir.types import TensorType, Type
 
-from . import mathlib
-from ._compat import NUMBA_VERSION
-
 __all__ = ["FUSIBLE_DTYPES", "FusedGroup", "cache_dir", "can_fuse", "load_kernel"]
 
 logger = logging.getLogger(__name__)
@@ -54,6 +51,22 @@ _LOGIC: Final = {"and": "&", "or": "|", "xor": "^"}
 
 #: Elements above which a kernel runs on numba's thread pool (below, fork/join costs more).
 PARALLEL_THRESHOLD: Final = 1 << 17
+
+#: ``OMNITENSOR_CPU_KERNEL_MIN_ELEMENTS``: elements below which work runs as numpy kernels.
+MIN_ELEMENTS_ENV: Final = "OMNITENSOR_CPU_KERNEL_MIN_ELEMENTS"
+
+
+def min_elements() -> int:
+    """Elements below which a group or composite runs as numpy kernels instead (default 32768).
+
+    A compiled kernel saves a few microseconds per call on small arrays, but loading it (and
+    numba, once per process) costs tens of milliseconds to a second, which small programs never
+    earn back (`examples/train_mlp.py`, `omnitensor generate char-gpt`). The kernels compute the
+    same thing at every size, so tests and the conformance run set this to 0 to check them on
+    small cases.
+    """
+    raw = os.environ.get(MIN_ELEMENTS_ENV, "").strip()
+    return int(raw) if raw.isdigit() else 1 << 15
 
 _FASTMATH: Final = "{'contract', 'reassoc', 'arcp'}"
 
@@ -164,6 +177,10 @@ class FusedGroup:
         params = ", ".join([f"in{k}" for k in range(len(self.inputs))]
                            + [f"out{k}" for k in range(len(self.outputs))])
         ndim = max(len(self.shape), 1)
+        # NOTE: imported here: grouping runs for every plan, numba only for kernels that pay.
+        from . import mathlib
+        from ._compat import NUMBA_VERSION
+
         lines = [
             f"# omnitensor fused kernel (mathlib {mathlib.SOURCE_HASH}, numba {NUMBA_VERSION})",
             "import math",

@@ -26,7 +26,7 @@ from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, quant, rows
+from . import codegen, rows
 from .codegen import FusedGroup
 
 __all__ = ["Plan", "build_plan"]
@@ -37,6 +37,10 @@ Step = Callable[[Slots], None]
 
 #: Buffers are aligned to cache lines (and AVX registers).
 _ALIGN: Final = 64
+
+#: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS (when
+#: the weight has at least twice `codegen.min_elements()`; below, numpy's matmul).
+_GEMV_MAX_ROWS: Final = 4
 
 
 @dataclass
@@ -223,12 +227,15 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
     rid = rperm == tuple(range(rhs_t.ndim))
 
     # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
-    matvec = (lhs_t.dtype == float32 and b == 1 and m <= quant.GEMV_MAX_ROWS and lid
+    matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
+              and n * k >= 2 * codegen.min_elements() and lid
               and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
         if matvec:
+            from . import quant
+
             def gemv_step(slots: Slots) -> None:
                 w = slots[rhs]
                 result = get(slots)
@@ -261,6 +268,8 @@ def _qmatmul_step(inst: Instruction, index: int) -> _Draft | None:
     w_t = inst.operands[1].type
     assert isinstance(x_t, TensorType) and isinstance(out_t, TensorType)
     fmt = inst.attrs["format"]
+    from . import quant
+
     if fmt not in quant.FORMATS or x_t.dtype != float32 or out_t.size == 0:
         return None
     shape = tuple(getattr(w_t, "logical_shape", ()))
@@ -425,6 +434,9 @@ def _groups(function: Function, exclude: set[int]) -> dict[int, FusedGroup]:
 def _worth_fusing(insts: list[Instruction]) -> bool:
     # NOTE: a lone cheap op is as fast in numpy and would cost a numba compile; a lone float32
     # transcendental is worth it (vectorized approximations instead of libm calls).
+    result = insts[0].results[0].type
+    if not isinstance(result, TensorType) or result.size < codegen.min_elements():
+        return False
     if len(insts) > 1:
         return True
     inst = insts[0]

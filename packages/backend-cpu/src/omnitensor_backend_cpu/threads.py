@@ -1,26 +1,30 @@
 """``OMNITENSOR_NUM_THREADS``: one thread count for numba's pool and for BLAS.
 
 Default: all cores. Applied when the backend is created (and by `apply` on demand); numba's
-pool cannot grow past the size it started with, so larger requests are clamped.
+pool cannot grow past the size it started with, so larger requests are clamped. numba itself is
+imported only when a plan first needs a compiled kernel (small programs run numpy kernels and
+never pay its import and start-up), so its count is applied then (`numba_loaded`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any, Final
 
 from omnitensor.errors import OmnitensorError
 
-from . import _compat
-
-__all__ = ["ENV", "apply", "apply_from_env", "requested"]
+__all__ = ["ENV", "apply", "apply_from_env", "numba_loaded", "requested"]
 
 logger = logging.getLogger(__name__)
 
 ENV: Final = "OMNITENSOR_NUM_THREADS"
 
 _BLAS_LIMITER: list[Any] = []
+
+#: The count numba gets when `_compat` first imports it.
+_PENDING: list[int] = []
 
 
 def requested() -> int:
@@ -41,9 +45,16 @@ def requested() -> int:
 
 
 def apply(n: int) -> int:
-    """Use `n` threads in numba and BLAS; returns the count numba actually uses."""
-    n = max(1, min(n, _compat.max_threads()))
-    _compat.set_num_threads(n)
+    """Use `n` threads in numba and BLAS; returns the count numba uses (or will use)."""
+    n = max(1, n)
+    if "omnitensor_backend_cpu._compat" in sys.modules:
+        from . import _compat
+
+        n = min(n, _compat.max_threads())
+        _compat.set_num_threads(n)
+    else:
+        n = min(n, _pool_size())
+        _PENDING[:] = [n]
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # optional: without it BLAS keeps its own default
@@ -52,6 +63,17 @@ def apply(n: int) -> int:
         _BLAS_LIMITER.clear()
         _BLAS_LIMITER.append(threadpool_limits(limits=n, user_api="blas"))
     return n
+
+
+def _pool_size() -> int:
+    raw = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else os.cpu_count() or 1
+
+
+def numba_loaded(set_num_threads: Any) -> None:
+    """Called by `_compat` right after it imports numba: apply the pending thread count."""
+    if _PENDING:
+        set_num_threads(_PENDING[0])
 
 
 def apply_from_env() -> int:
