@@ -14,7 +14,7 @@ from omnitensor.ir import all_ops, quant_blocks
 from omnitensor.ir.opdef import Trait
 from omnitensor_backend_cuda import indexing, kernels
 from omnitensor_backend_cuda.nvcc import HostLibrary, check_ptx, compile_checked
-from omnitensor_backend_cuda.source import elementwise_expr
+from omnitensor_backend_cuda.source import CUDA
 
 FLOATS = (float32, float16, bfloat16, float64)
 
@@ -89,7 +89,7 @@ def test_every_elementwise_template_x_dtype_compiles(nvcc: str) -> None:
             for step in lower(fn).steps:
                 sources[step.name] = step.source
     check_ptx(sources)
-    assert elementwise_expr("add", float16, ["a", "b"], {}, float16) == "ot_rh((a + b))"
+    assert CUDA.expr("add", float16, ["a", "b"], {}, float16) == "ot_rh((a + b))"
 
 
 @pytest.fixture(scope="module")

@@ -158,7 +158,7 @@ class CudaBackend(Backend):
 
     def view(self, buffer: Any, op: OpDef, attrs: Mapping[str, Any]) -> Any | None:
         """Zero-copy views for transpose/broadcast/slice/reverse/compatible reshape."""
-        from .lower import View, view_op
+        from omnitensor.backend.codegen import View, view_op
 
         if not isinstance(buffer, CudaBuffer) or op.name not in (
                 "transpose", "broadcast_in_dim", "slice", "reverse", "reshape"):

@@ -13,16 +13,7 @@ from typing import Final
 from omnitensor.dtypes import DType, bfloat16, float16, float32, float64, uint32
 
 from .kernels import MAX_RANK
-from .source import (
-    ELEMENTWISE_OPS,
-    PRELUDE,
-    Arg,
-    compute_type,
-    load_expr,
-    storage_type,
-    store_expr,
-    thread_kernel,
-)
+from .source import CUDA, PRELUDE, Arg, thread_kernel
 
 __all__ = [
     "BITS",
@@ -52,7 +43,7 @@ def gather_source(itemsize: int, index: DType) -> tuple[str, str]:
     """
     name = f"ot_gather_b{itemsize}_{index.name}"
     raw = BITS[itemsize]
-    args = [Arg("x", f"const {raw}*"), Arg("ix", f"const {storage_type(index)}*"),
+    args = [Arg("x", f"const {raw}*"), Arg("ix", f"const {CUDA.storage_type(index)}*"),
             Arg("y", f"{raw}*")]
     body = ("  long long Pn = P[0], n = P[1], Q = P[2], I = P[3];\n"
             "  long long q = t % Q, r = t / Q, i = r % I;\n  r /= I;\n"
@@ -71,10 +62,10 @@ def scatter_add_source(dtype: DType, index: DType) -> tuple[str, str]:
     P layout: [P, n, Q, I].
     """
     name = f"ot_scatter_add_{dtype.name}_{index.name}"
-    st, ct = storage_type(dtype), compute_type(dtype)
-    args = [Arg("ix", f"const {storage_type(index)}*"), Arg("u", f"const {st}*"),
+    st, ct = CUDA.storage_type(dtype), CUDA.compute_type(dtype)
+    args = [Arg("ix", f"const {CUDA.storage_type(index)}*"), Arg("u", f"const {st}*"),
             Arg("y", f"{st}*")]
-    add = ELEMENTWISE_OPS["add"](ct, ["y[at]", "u[((b * Pn + p) * I + i) * Q + q]"])
+    add = CUDA.op("add", ct, ["y[at]", "u[((b * Pn + p) * I + i) * Q + q]"])
     body = ("  long long Pn = P[0], n = P[1], Q = P[2], I = P[3];\n"
             "  long long q = t % Q, r = t / Q, p = r % Pn, b = r / Pn;\n"
             "  for (long long i = 0; i < I; ++i) {\n"
@@ -132,15 +123,15 @@ def cumsum_source(dtype: DType) -> tuple[str, str]:
     and round each output once; integers wrap. P: the line layout, param = reverse.
     """
     name = f"ot_cumsum_{dtype.name}"
-    st, ct = storage_type(dtype), compute_type(dtype)
+    st, ct = CUDA.storage_type(dtype), CUDA.compute_type(dtype)
     args = [Arg("x", f"const {st}*"), Arg("y", f"{st}*")]
-    add = ELEMENTWISE_OPS["add"](ct, ["acc", load_expr(dtype, f"x[xb + j * P[{_LINE_XA}]]")])
+    add = CUDA.op("add", ct, ["acc", CUDA.load(dtype, f"x[xb + j * P[{_LINE_XA}]]")])
     body = ("  long long line = t, n = P[1];\n" + _LINE_BASES
             + f"  {ct} acc = ({ct})0;\n"
             "  for (long long k = 0; k < n; ++k) {\n"
             "    long long j = P[3] ? n - 1 - k : k;\n"
             f"    acc = {add};\n"
-            f"    y[yb + j * P[{_LINE_YA}]] = {store_expr(dtype, 'acc')};\n  }}")
+            f"    y[yb + j * P[{_LINE_YA}]] = {CUDA.store(dtype, 'acc')};\n  }}")
     return name, PRELUDE + thread_kernel(name, args, body)
 
 
@@ -153,16 +144,16 @@ def sort_source(dtype: DType, *, top_k: bool) -> tuple[str, str]:
     descending (sort) or k (top_k, always descending).
     """
     name = f"ot_{'top_k' if top_k else 'sort'}_{dtype.name}"
-    st, ct = storage_type(dtype), compute_type(dtype)
+    st, ct = CUDA.storage_type(dtype), CUDA.compute_type(dtype)
     args = [Arg("x", f"const {st}*"), Arg("y", f"{st}*"), Arg("yi", "int*")]
     desc, keep = ("true", "P[3]") if top_k else ("P[3] != 0", "n")
     at = f"x[xb + {{i}} * P[{_LINE_XA}]]"
     body = ("  long long n = P[1], line = t / n, j = t % n;\n" + _LINE_BASES
             + f"  bool desc = {desc};\n"
-            f"  {ct} v = {load_expr(dtype, at.format(i='j'))};\n  bool vn = v != v;\n"
+            f"  {ct} v = {CUDA.load(dtype, at.format(i='j'))};\n  bool vn = v != v;\n"
             "  long long rank = 0;\n"
             "  for (long long i = 0; i < n; ++i) {\n"
-            f"    {ct} w = {load_expr(dtype, at.format(i='i'))};\n    bool wn = w != w;\n"
+            f"    {ct} w = {CUDA.load(dtype, at.format(i='i'))};\n    bool wn = w != w;\n"
             "    bool before;\n"
             "    if ((wn && vn) || (!wn && !vn && w == v)) before = i < j;\n"
             "    else if (desc) before = wn || (!vn && w > v);\n"
@@ -207,7 +198,7 @@ def rng_source(dtype: DType, distribution: str) -> tuple[str, str]:
     ``normal`` is Box-Muller in double, rounded to float then to float16/bfloat16.
     """
     name = f"ot_rng_{distribution}_{dtype.name}"
-    st = storage_type(dtype)
+    st = CUDA.storage_type(dtype)
     args = [Arg("key", "const unsigned int*"), Arg("y", f"{st}*")]
     body = ("  unsigned int w0, w1;\n"
             "  ot_threefry2x32(key[P[0]], key[P[0] + P[1]], (unsigned int)t, "
@@ -220,10 +211,10 @@ def rng_source(dtype: DType, distribution: str) -> tuple[str, str]:
     elif distribution == "uniform":
         m = _MANTISSA[dtype.name]
         value = f"(float)(w0 >> {32 - m}) * {2.0 ** -m!r}f"
-        body += f"  y[t] = {store_expr(dtype, value)};"
+        body += f"  y[t] = {CUDA.store(dtype, value)};"
     else:
         body += ("  double u1 = (double)w0 * 2.3283064365386963e-10;\n"
                  "  double u2 = (double)w1 * 2.3283064365386963e-10;\n"
                  "  double z = sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * 3.141592653589793 * u2);\n")
-        body += "  y[t] = z;" if dtype == float64 else f"  y[t] = {store_expr(dtype, '(float)z')};"
+        body += "  y[t] = z;" if dtype == float64 else f"  y[t] = {CUDA.store(dtype, '(float)z')};"
     return name, PRELUDE + _THREEFRY + thread_kernel(name, args, body)

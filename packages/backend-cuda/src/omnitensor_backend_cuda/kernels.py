@@ -12,18 +12,7 @@ from typing import Final
 
 from omnitensor.dtypes import DType, bool_, float32, float64, int32
 
-from .source import (
-    PRELUDE,
-    WARP,
-    Arg,
-    compute_type,
-    is_float,
-    load_expr,
-    storage_type,
-    store_expr,
-    thread_kernel,
-    warp_kernel,
-)
+from .source import CUDA, PRELUDE, WARP, Arg, is_float, thread_kernel, warp_kernel
 
 __all__ = [
     "MAX_RANK",
@@ -77,7 +66,7 @@ def _acc_type(op: str, dtype: DType) -> str:
     """Accumulator type: float16/bfloat16 in float (as the reference); float32 sums in double."""
     if dtype == float32 and op in ("reduce_sum", "reduce_prod"):
         return "double"
-    return compute_type(dtype)
+    return CUDA.compute_type(dtype)
 
 
 def _ident(op: str, dtype: DType, acc: str) -> str:
@@ -126,19 +115,19 @@ def reduce_source(op: str, dtype: DType) -> tuple[str, str]:
     """
     name = f"ot_{op}_{_tag(dtype)}"
     arg = op in ("argmax", "argmin")
-    out_t = storage_type(int32) if arg else storage_type(dtype)
-    args = [Arg("x", f"const {storage_type(dtype)}*"), Arg("y", f"{out_t}*")]
-    acc = compute_type(dtype) if arg else _acc_type(op, dtype)
+    out_t = CUDA.storage_type(int32) if arg else CUDA.storage_type(dtype)
+    args = [Arg("x", f"const {CUDA.storage_type(dtype)}*"), Arg("y", f"{out_t}*")]
+    acc = CUDA.compute_type(dtype) if arg else _acc_type(op, dtype)
     red = (f"    long long off = base; long long r = j;\n"
            f"    for (int d = (int)P[3] - 1; d >= 0; --d) {{ long long sz = P[{5 + 2 * MAX_RANK} + d];"
            f" off += (r % sz) * P[{5 + 3 * MAX_RANK} + d]; r /= sz; }}\n")
-    value = load_expr(dtype, "x[off]")
+    value = CUDA.load(dtype, "x[off]")
     if not arg:
         partial = (f"  s.acc = {_ident(op, dtype, acc)};{_RED_INDEX}"
                    f"  for (long long j = lane; j < n; j += {WARP}) {{\n{red}"
                    f"    {acc} v = ({acc}){value};\n    {_fold(op, dtype, acc, 's.acc', 'v')}\n  }}")
         combine = f"  {_fold(op, dtype, acc, 'a.acc', 'b.acc')}"
-        finish = f"  if (lane == 0) y[row] = {store_expr(dtype, f'({compute_type(dtype)})s.acc')};"
+        finish = f"  if (lane == 0) y[row] = {CUDA.store(dtype, f'({CUDA.compute_type(dtype)})s.acc')};"
         state = [(acc, "acc", 1)]
     else:
         better = ">" if op == "argmax" else "<"
@@ -171,9 +160,9 @@ def row_source(kind: str, dtype: DType) -> tuple[str, str]:
     has_weight, has_bias]. Statistics are kept in float (double for float64).
     """
     name = f"ot_{kind}_{_tag(dtype)}"
-    st = storage_type(dtype)
+    st = CUDA.storage_type(dtype)
     acc = "double" if dtype == float64 else "float"
-    x = f"({acc}){load_expr(dtype, 'x[row * L + j]')}"
+    x = f"({acc}){CUDA.load(dtype, 'x[row * L + j]')}"
     head = f"  long long L = P[1];\n  {acc} eps = ({acc})ot_bitcast<double>(P[2]);\n"
     loop = f"  for (long long j = lane; j < L; j += {WARP}) {{\n"
     exp = "exp" if acc == "double" else "expf"
@@ -189,7 +178,7 @@ def row_source(kind: str, dtype: DType) -> tuple[str, str]:
                    f"  {acc} sa = a.s == 0 ? 0 : a.s * {exp}(a.m - m);\n"
                    f"  {acc} sb = b.s == 0 ? 0 : b.s * {exp}(b.m - m);\n"
                    f"  a.m = m; a.s = sa + sb;")
-        finish = (f"{head}{loop}    y[row * L + j] = {store_expr(dtype, f'{exp}({x} - s.m) / s.s')};"
+        finish = (f"{head}{loop}    y[row * L + j] = {CUDA.store(dtype, f'{exp}({x} - s.m) / s.s')};"
                   f"\n  }}")
     elif kind == "layer_norm":
         state = [(acc, "n", 1), (acc, "mean", 1), (acc, "m2", 1)]
@@ -201,17 +190,17 @@ def row_source(kind: str, dtype: DType) -> tuple[str, str]:
                    f"  a.mean += dl * (b.n / n); a.m2 += b.m2 + dl * dl * (a.n * b.n / n); a.n = n;")
         finish = (f"{head}  {acc} inv = 1 / {sqrt}(s.m2 / ({acc})L + eps);\n{loop}"
                   f"    {acc} v = ({x} - s.mean) * inv;\n"
-                  f"    if (P[3]) v = v * ({acc}){load_expr(dtype, 'w[j]')};\n"
-                  f"    if (P[4]) v = v + ({acc}){load_expr(dtype, 'b[j]')};\n"
-                  f"    y[row * L + j] = {store_expr(dtype, 'v')};\n  }}")
+                  f"    if (P[3]) v = v * ({acc}){CUDA.load(dtype, 'w[j]')};\n"
+                  f"    if (P[4]) v = v + ({acc}){CUDA.load(dtype, 'b[j]')};\n"
+                  f"    y[row * L + j] = {CUDA.store(dtype, 'v')};\n  }}")
     elif kind == "rms_norm":
         state = [(acc, "ss", 1)]
         partial = f"{head}  s.ss = 0;\n{loop}    {acc} v = {x};\n    s.ss += v * v;\n  }}"
         combine = "  a.ss += b.ss;"
         finish = (f"{head}  {acc} inv = 1 / {sqrt}(s.ss / ({acc})L + eps);\n{loop}"
                   f"    {acc} v = {x} * inv;\n"
-                  f"    if (P[3]) v = v * ({acc}){load_expr(dtype, 'w[j]')};\n"
-                  f"    y[row * L + j] = {store_expr(dtype, 'v')};\n  }}")
+                  f"    if (P[3]) v = v * ({acc}){CUDA.load(dtype, 'w[j]')};\n"
+                  f"    y[row * L + j] = {CUDA.store(dtype, 'v')};\n  }}")
     else:
         raise ValueError(f"row_source: unknown kind {kind!r}")
     return name, PRELUDE + warp_kernel(name, args, state, partial, combine, finish)
@@ -220,10 +209,10 @@ def row_source(kind: str, dtype: DType) -> tuple[str, str]:
 def dequantize_source(format: str, dtype: DType) -> tuple[str, str]:
     """``dequantize``: thread t decodes element t. P layout: [elements per block, bytes per block]."""
     name = f"ot_dequantize_{format}_{_tag(dtype)}"
-    args = [Arg("q", "const unsigned char*"), Arg("y", f"{storage_type(dtype)}*")]
+    args = [Arg("q", "const unsigned char*"), Arg("y", f"{CUDA.storage_type(dtype)}*")]
     body = (f"  long long blk = t / P[0]; int e = (int)(t % P[0]);\n"
             f"  float v = ot_{format}(q + blk * P[1], e);\n"
-            f"  y[t] = {store_expr(dtype, f'({compute_type(dtype)})v')};")
+            f"  y[t] = {CUDA.store(dtype, f'({CUDA.compute_type(dtype)})v')};")
     return name, PRELUDE + _QUANT_DECODERS + thread_kernel(name, args, body)
 
 
@@ -235,18 +224,18 @@ def qmatmul_source(format: str, dtype: DType) -> tuple[str, str]:
     """
     name = f"ot_qmatmul_{format}_{_tag(dtype)}"
     acc = "double" if dtype == float64 else "float"
-    args = [Arg("x", f"const {storage_type(dtype)}*"), Arg("w", "const unsigned char*"),
-            Arg("y", f"{storage_type(dtype)}*")]
+    args = [Arg("x", f"const {CUDA.storage_type(dtype)}*"), Arg("w", "const unsigned char*"),
+            Arg("y", f"{CUDA.storage_type(dtype)}*")]
     partial = (f"  long long N = P[1], K = P[2], QK = P[3], QB = P[4];\n"
                f"  long long m = row / N, n = row % N, nb = K / QK;\n"
                f"  const unsigned char* wr = w + n * nb * QB;\n  s.acc = 0;\n"
                f"  for (long long b = lane; b < nb; b += {WARP}) {{\n"
                f"    for (int e = 0; e < (int)QK; ++e) {{\n"
                f"      {acc} wv = ({acc})ot_{format}(wr + b * QB, e);\n"
-               f"      s.acc += wv * ({acc}){load_expr(dtype, 'x[m * K + b * QK + e]')};\n"
+               f"      s.acc += wv * ({acc}){CUDA.load(dtype, 'x[m * K + b * QK + e]')};\n"
                f"    }}\n  }}")
     combine = "  a.acc += b.acc;"
-    finish = f"  if (lane == 0) y[row] = {store_expr(dtype, f'({compute_type(dtype)})s.acc')};"
+    finish = f"  if (lane == 0) y[row] = {CUDA.store(dtype, f'({CUDA.compute_type(dtype)})s.acc')};"
     return name, PRELUDE + _QUANT_DECODERS + warp_kernel(
         name, args, [(acc, "acc", 1)], partial, combine, finish)
 
@@ -260,7 +249,7 @@ def attention_source(dtype: DType, head_dim: int) -> tuple[str, str]:
     P layout: [rows, Hq, Hkv, S, scale as double bits].
     """
     name = f"ot_decode_attention_{_tag(dtype)}_d{head_dim}"
-    st = storage_type(dtype)
+    st = CUDA.storage_type(dtype)
     d = head_dim
     args = [Arg("q", f"const {st}*"), Arg("k", f"const {st}*"), Arg("v", f"const {st}*"),
             Arg("length", "const int*"), Arg("y", f"{st}*")]
@@ -274,17 +263,17 @@ def attention_source(dtype: DType, head_dim: int) -> tuple[str, str]:
                f"    const {st}* kr = k + (kv * S + j) * {d};\n"
                f"    const {st}* vr = v + (kv * S + j) * {d};\n"
                f"    float score = 0;\n"
-               f"    for (int i = 0; i < {d}; ++i) score += {load_expr(dtype, 'q[row * ' + str(d) + ' + i]')} * {load_expr(dtype, 'kr[i]')};\n"
+               f"    for (int i = 0; i < {d}; ++i) score += {CUDA.load(dtype, 'q[row * ' + str(d) + ' + i]')} * {CUDA.load(dtype, 'kr[i]')};\n"
                f"    score *= scale;\n"
                f"    float m = ot_fmax(s.m, score);\n"
                f"    float c = s.s == 0 ? 0.0f : expf(s.m - m), p = expf(score - m);\n"
-               f"    for (int i = 0; i < {d}; ++i) s.acc[i] = s.acc[i] * c + p * {load_expr(dtype, 'vr[i]')};\n"
+               f"    for (int i = 0; i < {d}; ++i) s.acc[i] = s.acc[i] * c + p * {CUDA.load(dtype, 'vr[i]')};\n"
                f"    s.s = s.s * c + p; s.m = m;\n  }}")
     combine = ("  float m = ot_fmax(a.m, b.m);\n"
                "  float ca = a.s == 0 ? 0.0f : expf(a.m - m), cb = b.s == 0 ? 0.0f : expf(b.m - m);\n"
                f"  for (int i = 0; i < {d}; ++i) a.acc[i] = a.acc[i] * ca + b.acc[i] * cb;\n"
                "  a.s = a.s * ca + b.s * cb; a.m = m;")
     finish = (f"  for (int i = lane; i < {d}; i += {WARP}) y[row * {d} + i] = "
-              f"{store_expr(dtype, 's.acc[i] / s.s')};")
+              f"{CUDA.store(dtype, 's.acc[i] / s.s')};")
     state = [("float", "m", 1), ("float", "s", 1), ("float", "acc", d)]
     return name, PRELUDE + warp_kernel(name, args, state, partial, combine, finish, warps=2)

@@ -7,17 +7,14 @@ tests) replay it. Nothing here generates code or touches CuPy.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
+from omnitensor.backend.codegen import Iota, Node, Plan, View, row_major, words
 from omnitensor.dtypes import DType
 from omnitensor.ir.types import Value
 
-from .kernels import MAX_RANK
 from .source import WARP
 
 __all__ = ["BLOCK", "Iota", "Lowered", "Lowering", "Node", "Start", "Step", "View", "kernel_name",
@@ -27,65 +24,14 @@ __all__ = ["BLOCK", "Iota", "Lowered", "Lowering", "Node", "Start", "Step", "Vie
 BLOCK = 256
 
 
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major element strides of `shape`."""
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= dim
-    return tuple(reversed(strides))
-
-
-def words(values: Sequence[int], size: int = MAX_RANK) -> list[int]:
-    """`values` as ints padded with zeros to `size` parameter words."""
-    return [int(v) for v in values] + [0] * (size - len(values))
-
-
 def kernel_name(kind: str, body: str) -> str:
     """A generated kernel's name: its kind and a hash of its text (equal text, equal name)."""
     return f"ot_{kind}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
-@dataclass(frozen=True)
-class View:
-    """An affine view of slot `slot`: element (i...) lives at offset + sum(i * strides)."""
-
-    slot: int
-    dtype: DType
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int = 0
-
-    def is_dense(self) -> bool:
-        """Row-major without gaps (size-1 dims ignored)."""
-        want = row_major(self.shape)
-        return all(s == w for s, w, d in zip(self.strides, want, self.shape, strict=True) if d != 1)
-
-
 #: A runtime start of `dynamic_slice`/`dynamic_update_slice` along one dim: (element stride,
 #: largest start, source), the source a 0-d view of an integer slot or a known constant.
 Start = tuple[int, int, "View | int"]
-
-
-@dataclass
-class Node:
-    """A pending elementwise computation (not yet in any buffer)."""
-
-    op: str
-    args: list[Any]
-    operand_dtype: DType
-    dtype: DType
-    attrs: dict[str, Any]
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Iota:
-    """A fused `iota` leaf."""
-
-    dimension: int
-    dtype: DType
-    shape: tuple[int, ...]
 
 
 @dataclass
@@ -115,29 +61,13 @@ class Step:
         return (min(-(-self.n // BLOCK), 65535), 1, 1), (BLOCK, 1, 1)
 
 
-@dataclass
-class Lowered:
-    """The launch list of a function: slots, steps, constants and where each output lives.
-
-    `aliases` maps a slot to the input it may alias: when that input is donated, the slot is
-    bound to the input's buffer and the copy step whose `donor` it is is skipped.
-    """
-
-    slot_shapes: list[tuple[tuple[int, ...], DType]] = field(default_factory=list)
-    n_inputs: int = 0
-    constants: dict[int, np.ndarray[Any, Any]] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)
-    outputs: list[View] = field(default_factory=list)
-    aliases: dict[int, int] = field(default_factory=dict)
+class Lowered(Plan[Step]):
+    """The launch list of a function (`Step`s); a donated input's copy step may be skipped."""
 
     def plan(self, donated: frozenset[int]) -> tuple[list[Step], dict[int, int]]:
         """The steps to run and the slot -> input bindings when inputs `donated` are donated."""
         bound = {slot: k for slot, k in self.aliases.items() if k in donated}
         return [s for s in self.steps if s.donor is None or s.donor not in donated], bound
-
-    def slot_size(self, slot: int) -> int:
-        """Elements of slot `slot`."""
-        return math.prod(self.slot_shapes[slot][0])
 
 
 class Lowering(Protocol):

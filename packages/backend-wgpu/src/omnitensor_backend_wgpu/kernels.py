@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from omnitensor.backend.codegen.wgsl import MATHLIB, WGSL
 from omnitensor.dtypes import DType, float16
-
-from .wgsl import MATHLIB, compute_type, load_expr, storage_type, store_expr
 
 __all__ = [
     "MAX_RANK",
@@ -79,7 +78,7 @@ def prelude(bindings: Sequence[tuple[DType, bool]], *, math: bool = False) -> st
     for k, (dtype, writable) in enumerate(bindings, start=1):
         access = "read_write" if writable else "read"
         lines.append(f"@group(0) @binding({k}) var<storage, {access}> b{k}: "
-                     f"array<{storage_type(dtype)}>;")
+                     f"array<{WGSL.storage_type(dtype)}>;")
     if math:
         lines.append(MATHLIB)
     return "\n".join(lines) + "\n"
@@ -93,7 +92,7 @@ _LINEAR = ("@compute @workgroup_size(64)\n"
 
 
 def _ident(op: str, dtype: DType) -> str:
-    ctype = compute_type(dtype)
+    ctype = WGSL.compute_type(dtype)
     if op == "reduce_sum":
         return {"f32": "0.0", "i32": "0", "u32": "0u"}[ctype]
     if op == "reduce_prod":
@@ -109,7 +108,7 @@ def _ident(op: str, dtype: DType) -> str:
 
 
 def _combine(op: str, dtype: DType, a: str, b: str) -> str:
-    ctype = compute_type(dtype)
+    ctype = WGSL.compute_type(dtype)
     if op == "reduce_sum":
         return f"{a} + {b}"
     if op == "reduce_prod":
@@ -128,12 +127,12 @@ def reduce_source(op: str, dtype: DType) -> str:
     """
     arg = op in ("argmax", "argmin")
     out_dtype = None if arg else dtype
-    acc = compute_type(dtype)
+    acc = WGSL.compute_type(dtype)
     body = prelude([(dtype, False), (out_dtype or dtype, True)] if not arg else
                    [(dtype, False), (dtype, True)], math=True)
     if arg:
-        body = body.replace(f"b2: array<{storage_type(dtype)}>", "b2: array<i32>")
-    load = load_expr(dtype, "b1[u32(a)]")
+        body = body.replace(f"b2: array<{WGSL.storage_type(dtype)}>", "b2: array<i32>")
+    load = WGSL.load(dtype, "b1[u32(a)]")
     lines = [body, f"var<workgroup> sv: array<{acc}, 64>;", "var<workgroup> si: array<u32, 64>;"]
     if arg:
         larger = op == "argmax"
@@ -194,7 +193,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     si[0] = best;
   }}
   if (lid == 0u) {{
-    {"b2[o] = i32(si[0]);" if arg else "b2[o] = " + store_expr(dtype, "sv[0]") + ";"}
+    {"b2[o] = i32(si[0]);" if arg else "b2[o] = " + WGSL.store(dtype, "sv[0]") + ";"}
   }}
 }}""")
     return "\n".join(lines)
@@ -206,12 +205,12 @@ def matmul_source(dtype: DType) -> str:
     Params: B, M, N, K, lhs (offset, sb, sm, sk), rhs (offset, sb, sk, sn). Bindings: lhs, rhs,
     out (contiguous). float16 accumulates in float32; integers wrap.
     """
-    acc = compute_type(dtype)
+    acc = WGSL.compute_type(dtype)
     zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[acc]
     head = prelude([(dtype, False), (dtype, False), (dtype, True)])
-    la = load_expr(dtype, "b1[u32(pi(4u) + i32(b) * pi(5u) + i32(row) * pi(6u)"
+    la = WGSL.load(dtype, "b1[u32(pi(4u) + i32(b) * pi(5u) + i32(row) * pi(6u)"
                           " + i32(ka) * pi(7u))]")
-    lb = load_expr(dtype, "b2[u32(pi(8u) + i32(b) * pi(9u) + i32(kb) * pi(10u)"
+    lb = WGSL.load(dtype, "b2[u32(pi(8u) + i32(b) * pi(9u) + i32(kb) * pi(10u)"
                           " + i32(col) * pi(11u))]")
     return head + f"""
 var<workgroup> ta: array<array<{acc}, 16>, 16>;
@@ -239,7 +238,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     for (var j = 0u; j < 16u; j = j + 1u) {{ acc = acc + ta[lid.y][j] * tb[j][lid.x]; }}
     workgroupBarrier();
   }}
-  if (row < m && col < n) {{ b3[(b * m + row) * n + col] = {store_expr(dtype, "acc")}; }}
+  if (row < m && col < n) {{ b3[(b * m + row) * n + col] = {WGSL.store(dtype, "acc")}; }}
 }}
 """
 
@@ -371,9 +370,9 @@ def cumsum_source(dtype: DType) -> str:
     Params: n_lines, len, outer_rank, in_off, in_axis_stride, reverse, outer_shape (6..13),
     outer_in_strides (14..21), outer_out_strides (22..29), out_axis_stride (30).
     """
-    acc = compute_type(dtype)
+    acc = WGSL.compute_type(dtype)
     zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[acc]
-    load = load_expr(dtype, "b1[u32(a + i32(k) * pi(4u))]")
+    load = WGSL.load(dtype, "b1[u32(a + i32(k) * pi(4u))]")
     return prelude([(dtype, False), (dtype, True)]) + _LINEAR + _GUARD + f"""
   var a = pi(3u);
   var o = 0;
@@ -390,7 +389,7 @@ def cumsum_source(dtype: DType) -> str:
   for (var j = 0u; j < len; j = j + 1u) {{
     let k = select(j, len - 1u - j, p(5u) != 0u);
     acc = acc + {load};
-    b2[u32(o + i32(k) * pi(30u))] = {store_expr(dtype, "acc")};
+    b2[u32(o + i32(k) * pi(30u))] = {WGSL.store(dtype, "acc")};
   }}
 }}
 """

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from omnitensor.backend.codegen.wgsl import WGSL
 from omnitensor.dtypes import float16, float32
 from omnitensor.ir.program import Instruction
 from omnitensor.ir.types import TensorType, Value
 
 from .kernels import prelude
-from .wgsl import load_expr, store_expr
 
 __all__ = ["ROW_KINDS", "RowPattern", "match_rows", "row_params", "row_source"]
 
@@ -343,7 +343,7 @@ def row_source(kind: str, dtype: Any, *, weight: bool, bias: bool) -> str:
                      for k in range(n_in))
     loads = "\n".join(
         f"fn ld_{name}(a: i32, j: u32) -> f32 {{ return "
-        f"{load_expr(dtype, f'b{k + 1}[u32(a + i32(j) * pi({_HEAD + k * _BLOCK + 1}u))]')}; }}"
+        f"{WGSL.load(dtype, f'b{k + 1}[u32(a + i32(j) * pi({_HEAD + k * _BLOCK + 1}u))]')}; }}"
         for k, name in enumerate(names))
     x = "ld_x(a0, j)"
     loop = "  for (var j = lid; j < n; j = j + 64u) {"
@@ -393,7 +393,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {walk}
   }}
 {body}{loop}
-    {out}[row * n + j] = {store_expr(dtype, value)};
+    {out}[row * n + j] = {WGSL.store(dtype, value)};
   }}
 }}
 """

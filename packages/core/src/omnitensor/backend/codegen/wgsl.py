@@ -1,88 +1,24 @@
-"""WGSL building blocks: dtype mapping, a small float32 math library, and elementwise templates.
+"""The WGSL dialect of `CPrinter`, and the float32 math library its expressions call.
 
 Transcendentals are our own (Cephes-style range reduction + minimax polynomials) because WGSL
 lets drivers approximate `exp`/`log` loosely (lavapipe's `exp` is ~20 ulp off near overflow).
 float16 values are loaded to float32, computed there and rounded once on store, exactly as the
-reference's `_wide` kernels do. Nothing here knows about buffers or dispatch.
+reference's `_wide` kernels do; bool is stored as a u32 0/1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
-from omnitensor.dtypes import DType, bool_, float16, float32, int32, uint32
-from omnitensor.errors import UnsupportedError
+from omnitensor.dtypes import DType
 
-__all__ = [
-    "MATHLIB",
-    "ELEMENTWISE_OPS",
-    "compute_type",
-    "convert_expr",
-    "elementwise_expr",
-    "load_expr",
-    "storage_type",
-    "store_expr",
-]
+from .printer import CPrinter
 
-#: dtypes a buffer can hold natively (float16 only on adapters with shader-f16).
-NATIVE: Final = (float32, float16, int32, uint32, bool_)
+__all__ = ["MATHLIB", "WGSL", "WgslPrinter"]
 
-
-def storage_type(dtype: DType) -> str:
-    """WGSL element type of a storage array holding `dtype` (bool is a u32 0/1)."""
-    return {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
-            "bool": "u32"}[dtype.name]
-
-
-def compute_type(dtype: DType) -> str:
-    """WGSL type values of `dtype` are computed in (float16 in f32, bool as bool)."""
-    return {"float32": "f32", "float16": "f32", "int32": "i32", "uint32": "u32",
-            "bool": "bool"}[dtype.name]
-
-
-def load_expr(dtype: DType, raw: str) -> str:
-    """A storage element `raw` as a compute-type value."""
-    if dtype == float16:
-        return f"f32({raw})"
-    if dtype == bool_:
-        return f"({raw} != 0u)"
-    return raw
-
-
-def store_expr(dtype: DType, value: str) -> str:
-    """A compute-type value as the storage element it is written as."""
-    if dtype == float16:
-        return f"f16({value})"
-    if dtype == bool_:
-        return f"select(0u, 1u, {value})"
-    return value
-
-
-def _literal(dtype: DType, value: float) -> str:
-    ctype = compute_type(dtype)
-    if ctype == "f32":
-        return f"f32({float(value)!r})"
-    if ctype == "bool":
-        return "true" if value else "false"
-    return f"{ctype}({int(value)})"
-
-
-def convert_expr(src: DType, dst: DType, value: str) -> str:
-    """`value` (compute type of `src`) converted to the compute type of `dst` (PTIR semantics)."""
-    s, d = compute_type(src), compute_type(dst)
-    if dst == bool_:
-        return f"!({value} == {_literal(src, 0)})" if s != "bool" else value
-    if s == "bool":
-        return f"select({_literal(dst, 0)}, {_literal(dst, 1)}, {value})"
-    if s == d:
-        return value
-    if s in ("i32", "u32") and d in ("i32", "u32"):
-        return f"bitcast<{d}>({value})"  # int -> int of the same width wraps
-    if s == "f32" and d in ("i32", "u32"):
-        return f"{d}(trunc({value}))"  # out-of-range is unspecified; WGSL saturates
-    return f"{d}({value})"
-
+#: PTIR op -> WGSL built-in (everything else float is ``m_<op>`` of `MATHLIB`).
+_BUILTIN: Final = {"abs": "abs", "floor": "floor", "ceil": "ceil", "round": "round"}
 
 MATHLIB: Final = """
 fn m_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
@@ -429,166 +365,80 @@ fn m_ipow_u(b: u32, e: u32) -> u32 {
 }
 """
 
-Expr = Callable[[str, Sequence[str]], str]
 
+class WgslPrinter(CPrinter):
+    """WGSL: f16 computed in f32, bool stored as u32, float math from `MATHLIB`."""
 
-def _float_or_int(float_fn: Expr, int_fn: Expr, uint_fn: Expr | None = None) -> Any:
-    def make(ctype: str, args: Sequence[str]) -> str:
-        if ctype == "f32":
-            return float_fn(ctype, args)
-        if ctype == "u32" and uint_fn is not None:
-            return uint_fn(ctype, args)
-        return int_fn(ctype, args)
+    language = "WGSL"
+    storage_types = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
+                     "bool": "u32"}
+    compute_types = {"float32": "f32", "float16": "f32", "int32": "i32", "uint32": "u32",
+                     "bool": "bool"}
+    float_types = ("f32",)
+    bool_ops = {"and": "&", "or": "|", "xor": "!="}
+    float_literals = {"f32": "f32({!r})"}
+    int_literal = "{ctype}({value})"
+    loads = {"float16": "f32({})", "bool": "({} != 0u)"}
+    stores = {"float16": "f16({})", "bool": "select(0u, 1u, {})"}
 
-    return make
+    def cast(self, src: str, dst: str, value: str) -> str:
+        """Int <-> int wraps (bitcast); float -> int truncates (out of range saturates)."""
+        if src in ("i32", "u32") and dst in ("i32", "u32"):
+            return f"bitcast<{dst}>({value})"
+        if src == "f32" and dst in ("i32", "u32"):
+            return f"{dst}(trunc({value}))"
+        return f"{dst}({value})"
 
+    def bitcast(self, src: DType, dst: DType, value: str) -> str:
+        """WGSL's ``bitcast``."""
+        return f"bitcast<{self.compute_type(dst)}>({value})"
 
-def _fn(name: str) -> Expr:
-    return lambda ctype, a: f"{name}({', '.join(a)})"
+    def ternary(self, cond: str, a: str, b: str) -> str:
+        """WGSL's ``select(false_value, true_value, cond)``."""
+        return f"select({b}, {a}, {cond})"
 
+    def declare(self, name: str, ctype: str, code: str) -> str:
+        """``  let name: T = code;``."""
+        return f"  let {name}: {ctype} = {code};"
 
-def _binop(symbol: str) -> Expr:
-    return lambda ctype, a: f"({a[0]} {symbol} {a[1]})"
+    def math(self, fn: str, ctype: str, args: Sequence[str]) -> str:
+        """A WGSL built-in or an ``m_`` function of `MATHLIB`."""
+        if fn in ("sin", "cos"):
+            return f"m_sincos({args[0]}, {'true' if fn == 'cos' else 'false'})"
+        name = _BUILTIN.get(fn) or "m_" + {"rem": "fmod"}.get(fn, fn)
+        return f"{name}({', '.join(args)})"
 
+    def int_neg(self, ctype: str, a: str) -> str:
+        """In u32 (i32 overflow is not defined to wrap)."""
+        if ctype == "u32":
+            return f"(0u - {a})"
+        return f"bitcast<i32>(0u - bitcast<u32>({a}))"
 
-def _wrap_neg(ctype: str, a: Sequence[str]) -> str:
-    if ctype == "u32":
-        return f"(0u - {a[0]})"
-    return f"bitcast<i32>(0u - bitcast<u32>({a[0]}))"
+    def int_div(self, ctype: str, args: Sequence[str]) -> str:
+        """x/0 divides by 1 instead (unspecified in PTIR; no driver may trap)."""
+        one, zero = self.literal(ctype, 1), self.literal(ctype, 0)
+        return f"({args[0]} / select({args[1]}, {one}, {args[1]} == {zero}))"
 
+    def int_rem(self, ctype: str, args: Sequence[str]) -> str:
+        """x%0 takes the remainder by 1 instead."""
+        one, zero = self.literal(ctype, 1), self.literal(ctype, 0)
+        return f"({args[0]} % select({args[1]}, {one}, {args[1]} == {zero}))"
 
-def _int_abs(ctype: str, a: Sequence[str]) -> str:
-    if ctype == "u32":
-        return a[0]
-    return f"select({a[0]}, {_wrap_neg(ctype, a)}, {a[0]} < 0)"
+    def int_call(self, fn: str, ctype: str, args: Sequence[str]) -> str:
+        """``max``/``min`` built-ins; ``m_ipow_u``/``m_ipow_i`` of `MATHLIB`."""
+        if fn == "pow":
+            fn = "m_ipow_u" if ctype == "u32" else "m_ipow_i"
+        return f"{fn}({', '.join(args)})"
 
-
-def _int_sign(ctype: str, a: Sequence[str]) -> str:
-    if ctype == "u32":
-        return f"select(0u, 1u, {a[0]} > 0u)"
-    return f"select(select(0, -1, {a[0]} < 0), 1, {a[0]} > 0)"
-
-
-def _int_div(ctype: str, a: Sequence[str]) -> str:
-    one = "1u" if ctype == "u32" else "1"
-    zero = "0u" if ctype == "u32" else "0"
-    # NOTE: x/0 is unspecified in PTIR; the guard keeps every driver away from a trap.
-    return f"({a[0]} / select({a[1]}, {one}, {a[1]} == {zero}))"
-
-
-def _int_rem(ctype: str, a: Sequence[str]) -> str:
-    one = "1u" if ctype == "u32" else "1"
-    zero = "0u" if ctype == "u32" else "0"
-    return f"({a[0]} % select({a[1]}, {one}, {a[1]} == {zero}))"
-
-
-def _int_pow(ctype: str, a: Sequence[str]) -> str:
-    if ctype == "u32":
-        return f"m_ipow_u({a[0]}, {a[1]})"
-    return f"m_ipow_i({a[0]}, {a[1]})"
-
-
-def _logic(int_symbol: str, bool_symbol: str) -> Expr:
-    def make(ctype: str, a: Sequence[str]) -> str:
-        return f"({a[0]} {bool_symbol if ctype == 'bool' else int_symbol} {a[1]})"
-
-    return make
-
-
-def _not(ctype: str, a: Sequence[str]) -> str:
-    return f"(!{a[0]})" if ctype == "bool" else f"(~{a[0]})"
-
-
-def _compare(symbol: str) -> Expr:
-    def make(ctype: str, a: Sequence[str]) -> str:
+    def compare(self, symbol: str, ctype: str, args: Sequence[str]) -> str:
+        """Bools compare as 0/1 (WGSL orders none); ``!=`` as ``!(==)`` (true on NaN)."""
+        x, y = args
         if ctype == "bool":
-            # NOTE: WGSL orders no bools; compare them as 0/1.
-            x, y = f"select(0u, 1u, {a[0]})", f"select(0u, 1u, {a[1]})"
-        else:
-            x, y = a[0], a[1]
+            x, y = f"select(0u, 1u, {x})", f"select(0u, 1u, {y})"
         if symbol == "!=":
-            return f"(!({x} == {y}))"  # NaN != x must be true: never an ordered not-equal
+            return f"(!({x} == {y}))"
         return f"({x} {symbol} {y})"
 
-    return make
 
-
-def _minmax(fname: str) -> Expr:
-    def make(ctype: str, a: Sequence[str]) -> str:
-        if ctype == "f32":
-            return f"m_{fname}({a[0]}, {a[1]})"
-        return f"{fname}({a[0]}, {a[1]})"
-
-    return make
-
-
-def _clamp(ctype: str, a: Sequence[str]) -> str:
-    lo, x, hi = a
-    if ctype == "f32":
-        return f"m_min(m_max({x}, {lo}), {hi})"
-    return f"min(max({x}, {lo}), {hi})"
-
-
-#: op name -> (template(ctype, args) -> WGSL expression, float-only?)
-ELEMENTWISE_OPS: Final[dict[str, Expr]] = {
-    "neg": _float_or_int(lambda c, a: f"(-{a[0]})", _wrap_neg),
-    "abs": _float_or_int(_fn("abs"), _int_abs),
-    "exp": _fn("m_exp"),
-    "log": _fn("m_log"),
-    "log1p": _fn("m_log1p"),
-    "expm1": _fn("m_expm1"),
-    "sqrt": _fn("m_sqrt"),
-    "rsqrt": lambda c, a: f"(1.0 / m_sqrt({a[0]}))",
-    "tanh": _fn("m_tanh"),
-    "sin": lambda c, a: f"m_sincos({a[0]}, false)",
-    "cos": lambda c, a: f"m_sincos({a[0]}, true)",
-    "logistic": _fn("m_logistic"),
-    "erf": _fn("m_erf"),
-    "floor": _fn("floor"),
-    "ceil": _fn("ceil"),
-    "round": _fn("round"),
-    "sign": _float_or_int(_fn("m_sign"), _int_sign),
-    "not": _not,
-    "add": _binop("+"),
-    "sub": _binop("-"),
-    "mul": _binop("*"),
-    "div": _float_or_int(_binop("/"), _int_div),
-    "rem": _float_or_int(_fn("m_fmod"), _int_rem),
-    "pow": _int_pow,
-    "atan2": _fn("m_atan2"),
-    "max": _minmax("max"),
-    "min": _minmax("min"),
-    "and": _logic("&", "&"),
-    "or": _logic("|", "|"),
-    "xor": _logic("^", "!="),
-    "eq": _compare("=="),
-    "ne": _compare("!="),
-    "lt": _compare("<"),
-    "le": _compare("<="),
-    "gt": _compare(">"),
-    "ge": _compare(">="),
-    "select": lambda c, a: f"select({a[2]}, {a[1]}, {a[0]})",
-    "clamp": _clamp,
-}
-
-
-def elementwise_expr(op: str, dtype: DType, args: Sequence[str], attrs: dict[str, Any],
-                     result: DType) -> str:
-    """The WGSL expression of elementwise `op` on compute-type `args`.
-
-    Args:
-        op: the PTIR op name.
-        dtype: the dtype of the op's (main) operands (`select`: of its branches).
-        args: WGSL expressions of the operands, already in compute types.
-        attrs: the instruction's attributes (``dtype`` of `convert`/`bitcast`).
-        result: the result dtype.
-    """
-    if op == "convert":
-        return convert_expr(dtype, result, args[0])
-    if op == "bitcast":
-        return f"bitcast<{compute_type(result)}>({args[0]})"
-    template = ELEMENTWISE_OPS.get(op)
-    if template is None:
-        raise UnsupportedError(f"{op}: no WGSL template (backend 'wgpu')", op=op,
-                               backend="wgpu")
-    return template(compute_type(dtype), args)
+#: The printer the WebGPU backend uses.
+WGSL: Final = WgslPrinter("wgpu")
