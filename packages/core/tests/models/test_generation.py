@@ -176,6 +176,9 @@ def test_encoder_padding_does_not_leak(encoder: Encoder) -> None:
     assert not np.allclose(encoder.embed("ab"), encoder.embed("ba"), atol=1e-3)
 
 
-def test_encoder_too_long_is_shape_error(encoder: Encoder) -> None:
-    with pytest.raises(ShapeError, match="more than the context length 64"):
-        encoder.embed("x" * 80)
+def test_encoder_too_long_is_truncated_with_a_warning(encoder: Encoder,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        long = encoder.embed("x" * 80)
+    assert any("truncated" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(long, encoder.embed("x" * 63), atol=1e-5)  # 63 + the BOS

@@ -25,6 +25,8 @@ from .losses import cross_entropy as cross_entropy
 from .losses import mse_loss as mse_loss
 from .norms import layer_norm as layer_norm
 from .norms import rms_norm as rms_norm
+from .pooling import l2_normalize as l2_normalize
+from .pooling import pool as pool
 from .registry import FunctionalRegistry as FunctionalRegistry
 from .registry import overrides as overrides
 from .registry import overrides_from_config as overrides_from_config
@@ -36,4 +38,5 @@ __all__ = [
     "gelu", "layer_norm", "linear", "log_softmax", "max_pool2d", "mse_loss", "overrides",
     "overrides_from_config", "registry", "relu", "rms_norm", "rope_frequencies", "rope_tables",
     "rotary_embedding", "scaled_dot_product_attention", "silu", "softmax", "stats",
+    "l2_normalize", "pool",
 ]

@@ -9,6 +9,7 @@ templates are carried as strings; rendering them belongs to the runtime.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,8 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from tokenizers import Tokenizer as _Backend
 
 from ..errors import FormatError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Tokenizer", "char_tokenizer"]
 
@@ -81,12 +84,40 @@ class Tokenizer:
         except Exception as exc:  # tokenizers raises bare Exception
             raise FormatError(f"tokenizer: cannot encode {text[:40]!r} ({exc})") from None
 
-    def encode_batch(self, texts: Sequence[str], *,
-                     add_special_tokens: bool = True) -> list[list[int]]:
-        """`encode` over several texts (in parallel inside `tokenizers`)."""
+    def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True,
+                     max_length: int | None = None) -> list[list[int]]:
+        """`encode` over several texts (in parallel inside `tokenizers`).
+
+        Args:
+            texts: the texts.
+            add_special_tokens: add BOS/EOS or CLS/SEP as the post-processor says.
+            max_length: cut each text's tokens so that, special tokens included, it has at most
+                this many (the specials are kept, as transformers' ``truncation=True`` does);
+                a warning is logged when any text is cut.
+
+        Raises:
+            FormatError: a text the vocabulary cannot represent, or a `max_length` too small
+                for the special tokens.
+        """
         try:
-            encodings = self.backend.encode_batch(list(texts),
-                                                  add_special_tokens=add_special_tokens)
+            encodings = self.backend.encode_batch(list(texts), add_special_tokens=False)
+            if max_length is not None:
+                room = max_length - (self.backend.num_special_tokens_to_add(False)
+                                     if add_special_tokens else 0)
+                if room < 1:
+                    raise FormatError(f"tokenizer: max_length {max_length} leaves no room for "
+                                      "text after the special tokens")
+                cut = [i for i, e in enumerate(encodings) if len(e.ids) > room]
+                for i in cut:
+                    encodings[i].truncate(room)
+                if cut:
+                    log.warning("%d of %d texts were longer than %d tokens and were truncated",
+                                len(cut), len(encodings), max_length)
+            if add_special_tokens:
+                encodings = [self.backend.post_process(e, add_special_tokens=True)
+                             for e in encodings]
+        except FormatError:
+            raise
         except Exception as exc:  # tokenizers raises bare Exception
             raise FormatError(f"tokenizer: cannot encode batch ({exc})") from None
         return [list(e.ids) for e in encodings]
@@ -172,6 +203,12 @@ class Tokenizer:
     @classmethod
     def _from_hf(cls, backend: _Backend, config: dict[str, Any],
                  model_config: dict[str, Any]) -> Tokenizer:
+        # A tokenizer.json may pad every input to a fixed length and truncate it: that is the
+        # exporter's batching, not the model's. Padding would come back as real tokens (attended
+        # and pooled) and truncation would cut silently; the runtime pads its own batches,
+        # masks by real lengths and truncates to the model's maximum with a warning.
+        backend.no_padding()
+        backend.no_truncation()
         def special(name: str) -> int | None:
             token = config.get(name)
             if isinstance(token, dict):

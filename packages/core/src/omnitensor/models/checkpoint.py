@@ -21,6 +21,9 @@ __all__ = ["Checkpoint", "from_gguf", "from_hf_dir", "open_checkpoint"]
 
 Progress = Callable[[str, int, int], None]
 
+# llama.cpp's enum llama_pooling_type (``<arch>.pooling_type``) -> pooling mode names.
+_GGUF_POOLING = {1: "mean", 2: "cls", 3: "lasttoken"}
+
 
 @dataclass
 class Checkpoint:
@@ -62,13 +65,18 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     tokenizer = None
     if any(key.startswith("tokenizer.ggml.") for key in file.metadata):
         tokenizer = Tokenizer.from_gguf_metadata(file.metadata)
-    return Checkpoint(hp.arch, dataclasses.asdict(hp), weights, tokenizer, Path(path))
+    runtime: dict[str, Any] = {}
+    pooling = file.metadata.get(f"{hp.arch}.pooling_type")
+    if isinstance(pooling, int) and pooling in _GGUF_POOLING:
+        runtime["pooling"] = _GGUF_POOLING[pooling]
+    return Checkpoint(hp.arch, dataclasses.asdict(hp), weights, tokenizer, Path(path), runtime)
 
 
 def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     """Read a Hugging Face directory (config.json, safetensors, tokenizer.json)."""
     from ..io.names import from_hf_tensor, hf_name_map, hparams_from_hf_config
     from ..io.safetensors import read_hf_dir
+    from ..io.sentence_transformers import read_sentence_transformers
     from ..io.tokenizer import Tokenizer
 
     directory = read_hf_dir(path)
@@ -82,6 +90,7 @@ def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoin
             progress(name, i + 1, len(mapping))
     tokenizer = Tokenizer.from_hf_dir(path) if directory.tokenizer_path is not None else None
     runtime = dict(directory.config.get("omnitensor_runtime", {}))
+    runtime |= read_sentence_transformers(path)  # pooling, normalize, max_seq_length, prompts
     hparams = dataclasses.asdict(hp)
     # NOTE: transformers >= 5 writes the scaling rule into "rope_parameters" (io.names reads
     # the base from there too) instead of a top-level "rope_scaling".

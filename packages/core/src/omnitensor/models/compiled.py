@@ -109,7 +109,8 @@ class CompiledModel:
                  key_mask: Tensor | None, cache: Cache | None, start: Tensor | None,
                  last: Tensor | None) -> StepContext:
         return StepContext(self.hparams, self.weights, {"tokens": tokens}, positions, slots,
-                           key_mask, cache, start, last, spec_source=self.spec.source)
+                           key_mask, cache, start, last, spec_source=self.spec.source,
+                           runtime=self.runtime)
 
     def _run(self, ctx: StepContext) -> StepContext:
         with overrides(dict(self.runtime.get("functional_overrides", {}))):
@@ -123,12 +124,14 @@ class CompiledModel:
         ctx = self._run(self._context(tokens, positions, slots, key_mask, cache, start, last))
         return ctx.values["logits"], cache
 
-    def _forward_encoder(self, tokens: Tensor, mask: Tensor) -> Tensor:
+    def _forward_encoder(self, tokens: Tensor, mask: Tensor, pool_mask: Tensor) -> Tensor:
         b, t = tokens.shape
         positions = arange(t, dtype=int32).reshape(1, t).expand(b, t)
         key_mask = mask.reshape(b, 1, 1, t)
-        ctx = self._run(self._context(tokens, positions, arange(t, dtype=int32), key_mask,
-                                      None, None, None))
+        ctx = self._context(tokens, positions, arange(t, dtype=int32), key_mask, None, None,
+                            None)
+        ctx.values["pool_mask"] = pool_mask
+        ctx = self._run(ctx)
         return ctx.values[self.spec.forward[-1]["output"]]
 
     # --- causal LM -----------------------------------------------------------------------------
@@ -167,17 +170,34 @@ class CompiledModel:
 
     # --- encoder -------------------------------------------------------------------------------
 
-    def encode(self, tokens: np.ndarray[Any, Any], mask: np.ndarray[Any, Any]) -> np.ndarray[
-            Any, Any]:
-        """Pooled embeddings (B, C) of padded `tokens` (B, T) with `mask` true on real tokens."""
+    def encode(self, tokens: np.ndarray[Any, Any], mask: np.ndarray[Any, Any],
+               pool_mask: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
+        """Pooled embeddings (B, C) of padded `tokens` (B, T) with `mask` true on real tokens.
+
+        Args:
+            tokens: ids, padded on the right.
+            mask: true on real tokens (attended and pooled).
+            pool_mask: true on the tokens pooling reads (default `mask`; sentence-transformers
+                models with ``include_prompt: false`` leave the prompt out).
+
+        Raises:
+            ShapeError: more tokens than the model's positions.
+        """
         b, t = tokens.shape
-        padded = bucket(t)
+        if t > self.context_length:
+            raise ShapeError(f"encode: {t} tokens exceed the context length "
+                             f"{self.context_length}")
+        # the bucket never runs past the position table (a 514-position model pads to 514)
+        padded = min(bucket(t), max(t, self.context_length))
         tok = np.zeros((b, padded), np.int32)
         msk = np.zeros((b, padded), np.bool_)
+        pmsk = np.zeros((b, padded), np.bool_)
         tok[:, :t], msk[:, :t] = tokens, mask
+        pmsk[:, :t] = mask if pool_mask is None else pool_mask
         # NOTE: bind the inputs to the model's backend: `compile` picks the backend from its
         # arguments, and host arrays alone would send the trace to the selected default.
-        out = self._encode(from_numpy(tok).to(self.backend), from_numpy(msk).to(self.backend))
+        out = self._encode(from_numpy(tok).to(self.backend), from_numpy(msk).to(self.backend),
+                           from_numpy(pmsk).to(self.backend))
         return np.asarray(out.numpy())
 
     def parameters(self) -> Mapping[str, Tensor]:

@@ -58,6 +58,8 @@ class StepContext:
         last: (B,) int32 index of the token whose logits are wanted, or None for all tokens.
         layer: the layer a repeat block is running.
         spec_source: for error messages.
+        uses: weight names read so far.
+        runtime: the model's runtime settings (``pooling``, ``normalize`` ...).
     """
 
     hparams: Mapping[str, Any]
@@ -72,6 +74,7 @@ class StepContext:
     layer: int = 0
     spec_source: str = "<spec>"
     uses: set[str] = field(default_factory=set)
+    runtime: Mapping[str, Any] = field(default_factory=dict)
 
     def name(self, template: str) -> str:
         """A weight name with ``{layer}`` substituted."""
@@ -320,23 +323,43 @@ def _lm_head(ctx: StepContext, s: Mapping[str, Any]) -> None:
     ctx.values[s["output"]] = logits[:, 0] if ctx.last is not None else logits
 
 
+def _pool_mask(ctx: StepContext) -> Tensor | None:
+    """(B, T) true on the tokens pooling reads: ``pool_mask`` when given, else the key mask."""
+    if "pool_mask" in ctx.values:
+        return ctx.values["pool_mask"]
+    return ctx.key_mask
+
+
 @step("MeanPool")
 def _mean_pool(ctx: StepContext, s: Mapping[str, Any]) -> None:
     """Mean over the tokens that are not padding (sentence-transformers pooling)."""
     x = ctx.value(s["input"])  # (B, T, C)
-    if ctx.key_mask is None:
-        ctx.values[s["output"]] = x.mean(axis=1)
-        return
-    mask = ctx.key_mask.reshape(x.shape[0], x.shape[1], 1).astype(x.dtype)  # (B, T, 1)
-    ctx.values[s["output"]] = (x * mask).sum(axis=1) / mask.sum(axis=1).clip(1e-9)
+    ctx.values[s["output"]] = F.pool(x, _pool_mask(ctx), "mean")
+
+
+@step("Pool")
+def _pool(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """One vector per sequence over real tokens; the mode is ``mode`` or runtime ``pooling``.
+
+    Modes are `functional.pooling.POOLING_MODES` (sentence-transformers' names); the runtime
+    setting comes from ``1_Pooling/config.json`` or GGUF ``<arch>.pooling_type``.
+    """
+    x = ctx.value(s["input"])  # (B, T, C)
+    mode = str(s.get("mode") or ctx.runtime.get("pooling", "mean"))
+    ctx.values[s["output"]] = F.pool(x, _pool_mask(ctx), mode)
 
 
 @step("Normalize")
 def _normalize(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """Out = input / max(||input||_2, 1e-12) along the last axis."""
+    """Out = input / max(||input||_2, 1e-12) along the last axis.
+
+    With ``"when": "<runtime flag>"`` the step is the identity when that runtime setting is
+    false (a sentence-transformers model without a ``Normalize`` module).
+    """
     x = ctx.value(s["input"])
-    norm = (x * x).sum(axis=-1, keepdims=True).sqrt().clip(1e-12)
-    ctx.values[s["output"]] = x / norm
+    flag = s.get("when")
+    enabled = bool(ctx.runtime.get(flag, True)) if isinstance(flag, str) else True
+    ctx.values[s["output"]] = F.l2_normalize(x) if enabled else x
 
 
 def positions_for(start: Tensor, t: int) -> Tensor:

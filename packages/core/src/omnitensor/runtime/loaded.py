@@ -198,21 +198,79 @@ class CausalLM(LoadedModel):
 
 
 class Encoder(LoadedModel):
-    """A model that embeds text."""
+    """A model that embeds text.
 
-    def embed(self, texts: str | Sequence[str], *, batch_size: int = 32) -> np.ndarray[Any, Any]:
-        """Pooled (and, per the spec, normalized) embeddings, (N, C) float32."""
+    Runtime settings (from a sentence-transformers directory, GGUF metadata or the spec):
+    ``pooling``, ``normalize``, ``max_seq_length``, ``do_lower_case``, ``prompts``,
+    ``default_prompt_name`` and ``include_prompt``.
+    """
+
+    @property
+    def max_seq_length(self) -> int:
+        """Most tokens per text (special tokens included); longer texts are truncated."""
+        limit = self.model.runtime.get("max_seq_length")
+        context = self.model.context_length
+        return min(int(limit), context) if isinstance(limit, int) and limit > 0 else context
+
+    def _prompt(self, prompt_name: str | None, prompt: str | None) -> str:
+        if prompt is not None:
+            return prompt
+        prompts: dict[str, str] = dict(self.model.runtime.get("prompts") or {})
+        name = prompt_name if prompt_name is not None else self.model.runtime.get(
+            "default_prompt_name")
+        if name is None:
+            return ""
+        if name not in prompts:
+            raise OmnitensorError(f"embed: prompt {name!r} is not one of the model's prompts "
+                                  f"{sorted(prompts)}")
+        return prompts[name]
+
+    def embed(self, texts: str | Sequence[str], *, batch_size: int = 32,
+              prompt_name: str | None = None, prompt: str | None = None
+              ) -> np.ndarray[Any, Any]:
+        """Pooled (and, per the model, normalized) embeddings, (N, C) float32.
+
+        Each batch is padded to its longest text (the tokenizer's own padding settings are
+        ignored) and pooling reads only real tokens, so a text's embedding does not depend on
+        its batch. Texts longer than `max_seq_length` are truncated, with a warning.
+
+        Args:
+            texts: a text or a list of texts.
+            batch_size: texts per forward pass.
+            prompt_name: a key of the model's ``prompts`` (default: ``default_prompt_name``).
+            prompt: a prompt string put before every text (overrides `prompt_name`).
+
+        Raises:
+            OmnitensorError: an unknown prompt name or a bad batch size.
+        """
+        if batch_size < 1:
+            raise OmnitensorError(f"embed: batch_size must be >= 1 (got {batch_size})")
         items = [texts] if isinstance(texts, str) else list(texts)
-        chunks = []
-        for start in range(0, len(items), batch_size):
-            ids = self.tokenizer.encode_batch(items[start : start + batch_size])
-            longest = max(len(x) for x in ids)
-            if longest > self.model.context_length:
-                raise ShapeError(f"embed: a text has {longest} tokens, more than the context "
-                                 f"length {self.model.context_length}")
-            tokens = np.zeros((len(ids), longest), np.int64)
-            mask = np.zeros((len(ids), longest), np.bool_)
-            for row, x in enumerate(ids):
-                tokens[row, : len(x)], mask[row, : len(x)] = x, True
-            chunks.append(self.model.encode(tokens, mask))
-        return np.concatenate(chunks).astype(np.float32)
+        if not items:
+            return np.zeros((0, 0), np.float32)
+        runtime = self.model.runtime
+        prefix = self._prompt(prompt_name, prompt)
+        items = [prefix + t for t in items]
+        if runtime.get("do_lower_case"):
+            items = [t.lower() for t in items]
+        limit = self.max_seq_length
+        ids = self.tokenizer.encode_batch(items, max_length=limit)
+        # sentence-transformers leaves the prompt out of pooling with include_prompt: false
+        skip = 0
+        if prefix and not runtime.get("include_prompt", True):
+            skip = len(self.tokenizer.encode_batch([prefix], max_length=limit)[0]) - 1
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # less padding per batch
+        out: list[np.ndarray[Any, Any]] = [np.empty(0)] * len(ids)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            longest = max(len(ids[i]) for i in rows)
+            tokens = np.zeros((len(rows), longest), np.int64)
+            mask = np.zeros((len(rows), longest), np.bool_)
+            for row, i in enumerate(rows):
+                tokens[row, : len(ids[i])], mask[row, : len(ids[i])] = ids[i], True
+            pool_mask = mask.copy()
+            pool_mask[:, :skip] = False
+            pooled = self.model.encode(tokens, mask, pool_mask if skip else None)
+            for row, i in enumerate(rows):
+                out[i] = pooled[row]
+        return np.stack(out).astype(np.float32)
