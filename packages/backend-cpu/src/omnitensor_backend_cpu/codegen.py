@@ -165,7 +165,10 @@ class FusedGroup:
         consts: list[str] = []
         for k, (vid, value) in enumerate(sorted(self.literals.items())):
             names[vid] = f"C{k}"
-            consts.append(f"C{k} = {_np(dtypes[vid])}({value!r})")
+            # repr(inf) is `inf`, not a Python name: spell non-finite floats out.
+            text = f"float('{value}')" if isinstance(value, float) and not (
+                value - value == 0) else repr(value)
+            consts.append(f"C{k} = {_np(dtypes[vid])}({text})")
         body: list[str] = [f"x{k} = in{k}[IDX]" for k in range(len(self.inputs))]
         for inst in self.insts:
             expr = _expr(inst, [names[v.id] for v in inst.operands])

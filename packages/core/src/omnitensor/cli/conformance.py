@@ -31,6 +31,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--report", metavar="DIR", help="write the JSON/Markdown matrix here")
     parser.add_argument("--xfails", metavar="FILE", help="known-failures file (one id a line)")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--onnx", action="store_true",
+                        help="run ONNX's own backend tests (node tests and the light model "
+                        "zoo, from the installed onnx package) instead of the PTIR suite; "
+                        "prints pass / fail / unsupported per op and in total")
+    parser.add_argument("--onnx-filter", default="", metavar="TEXT",
+                        help="with --onnx: only tests whose name contains TEXT")
+    parser.add_argument("--onnx-min-claimed", type=float, default=0.0, metavar="PCT",
+                        help="with --onnx: fail unless the importer claims at least PCT%% of "
+                        "the tests")
     parser.set_defaults(func=run)
 
 
@@ -57,6 +66,32 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         print("omnitensor conformance: the suite is not installed; "
               "pip install omnitensor-conformance", file=sys.stderr)
         return 4
+    if getattr(args, "onnx", False):
+        return _run_onnx(args)
     import pytest
 
     return int(pytest.main(pytest_args(args)))
+
+
+def _run_onnx(args: argparse.Namespace) -> int:
+    """ONNX's backend tests on BACKEND: exit 1 on any failure or too little coverage."""
+    from omnitensor_conformance.onnx_suite import run_onnx_suite
+
+    report = run_onnx_suite(args.backend, pattern=args.onnx_filter or None)
+    print(report.format(verbose=True))
+    if args.report:
+        import json
+        from pathlib import Path
+
+        folder = Path(args.report)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "onnx.json").write_text(json.dumps(
+            {name: {"outcome": o, "reason": r, "ops": report.ops[name]}
+             for name, (o, r) in sorted(report.outcomes.items())}, indent=1))
+    totals = report.totals()
+    claimed = 100.0 * (totals["pass"] + totals["fail"]) / max(sum(totals.values()), 1)
+    if claimed < args.onnx_min_claimed:
+        print(f"onnx: the importer claims {claimed:.1f}% of the tests (required: "
+              f"{args.onnx_min_claimed:.1f}%)", file=sys.stderr)
+        return 1
+    return 1 if totals["fail"] else 0

@@ -35,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and tokenizer of a GGUF file, a .safetensors file or a Hugging Face model directory. "
         "Only headers are read unless --stats is given.",
     )
-    parser.add_argument("path", metavar="FILE_OR_DIR", help="a .gguf / .safetensors file or "
-                        "a directory with config.json")
+    parser.add_argument("path", metavar="FILE_OR_DIR", help="a .gguf / .safetensors / .onnx "
+                        "file or a directory with config.json")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
     parser.add_argument("--stats", action="store_true",
                         help="load every tensor and show min / max / mean (slow on big files)")
@@ -189,6 +189,8 @@ def _print_text(result: Mapping[str, Any], out: TextIO, max_tensors: int | None)
 
 def run(args: argparse.Namespace) -> int:
     """Run ``omnitensor inspect``; returns the exit status (1 on a malformed file)."""
+    if str(args.path).endswith(".onnx"):
+        return _run_onnx(args)
     try:
         result = describe(args.path, stats=args.stats)
     except (OmnitensorError, OSError) as exc:
@@ -198,4 +200,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
     else:
         _print_text(result, sys.stdout, args.max_tensors)
+    return 0
+
+
+def _run_onnx(args: argparse.Namespace) -> int:
+    """``inspect model.onnx``: inputs, outputs, ops and whether omnitensor imports each."""
+    from ..onnx.describe import describe_onnx, print_onnx
+
+    try:
+        info = describe_onnx(args.path)
+    except (OmnitensorError, OSError) as exc:
+        sys.stderr.write(f"omnitensor inspect: {exc}\n")
+        return 1
+    if args.json:
+        sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+    else:
+        print_onnx(info, sys.stdout)
     return 0

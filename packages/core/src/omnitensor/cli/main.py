@@ -24,6 +24,7 @@ VERBS: Final[tuple[str, ...]] = (
     "generate",
     "embed",
     "inspect",
+    "run",
 )
 
 _LEVELS: Final = ("debug", "info", "warning", "error")
