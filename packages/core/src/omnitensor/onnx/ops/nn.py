@@ -77,19 +77,35 @@ def _layer_norm_check(attrs: Attrs) -> str | None:
          check=_layer_norm_check)
 def _layer_norm(ctx: Ctx, attrs: Attrs, x: Value, scale: Value, bias: Value = None
                 ) -> list[Tensor]:
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise UnsupportedError("LayerNormalization's Mean/InvStdDev outputs are not supported",
-                               op="onnx")
     t = ctx.tensor(x)
     axis = _axis(attrs.get("axis", -1), t.ndim)
     shape = tuple(t.shape[axis:])
+    eps = float(attrs.get("epsilon", 1e-5))
+    if len([o for o in ctx.node.output if o]) > 1:
+        return _layer_norm_with_stats(ctx, t, axis, scale, bias, eps)
     w = ctx.tensor(scale)
     b = None if bias is None else ctx.tensor(bias)
     if tuple(w.shape) != shape:
         w = w.expand(*shape) if len(w.shape) <= len(shape) else w
     if b is not None and tuple(b.shape) != shape:
         b = b.expand(*shape)
-    return [layer_norm(t, shape, w, b, eps=float(attrs.get("epsilon", 1e-5)))]
+    return [layer_norm(t, shape, w, b, eps=eps)]
+
+
+def _layer_norm_with_stats(ctx: Ctx, t: Tensor, axis: int, scale: Value, bias: Value,
+                           eps: float) -> list[Tensor]:
+    """LayerNormalization with its Mean and InvStdDev outputs (computed in float32)."""
+    from ... import dtypes as dt
+
+    axes = tuple(range(axis, t.ndim))
+    x = t.astype(dt.float32) if t.dtype != dt.float64 else t
+    mean = x.mean(axes, keepdims=True)
+    centered = x - mean
+    inv = Tensor._apply("rsqrt", (centered * centered).mean(axes, keepdims=True) + eps)
+    out = (centered * inv).astype(t.dtype) * ctx.tensor(scale)
+    if bias is not None:
+        out = out + ctx.tensor(bias)
+    return [out, mean, inv]
 
 
 @handler("RMSNormalization", since=23, attributes=("axis", "epsilon", "stash_type"),
