@@ -140,8 +140,7 @@ def _alpha(attrs: Attrs, default: float) -> float:
 
 @handler("Relu", since=6)
 def _relu(ctx: Ctx, attrs: Attrs, x: Value) -> Tensor:
-    t = ctx.tensor(x)
-    return maximum(t, Tensor._apply("sub", t, t))
+    return maximum(ctx.tensor(x), 0)
 
 
 @handler("LeakyRelu", since=6, attributes=("alpha",))
@@ -192,7 +191,7 @@ def _hard_swish(ctx: Ctx, attrs: Attrs, x: Value) -> Tensor:
 def _softplus(ctx: Ctx, attrs: Attrs, x: Value) -> Tensor:
     t = ctx.tensor(x)
     # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large x.
-    return maximum(t, t * 0.0) + Tensor._apply("log1p", (-t.abs()).exp())
+    return maximum(t, 0) + Tensor._apply("log1p", (-t.abs()).exp())
 
 
 @handler("Softsign", since=1)
