@@ -65,7 +65,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None,
     st, dil = pair(stride, "stride", "conv2d"), pair(dilation, "dilation", "conv2d")
     low, high = _padding(padding, (kh, kw), dil, "conv2d")
     padded = pad(x, (0, 0) + low, (0, 0) + high)
-    cols, oh, ow = _patches(padded, (kh, kw), st, dil, "conv2d")  # (N, C, K, OH, OW)
+    if (kh, kw) == (1, 1) and st == (1, 1):  # a 1x1 convolution is a matmul: no window copy
+        cols, oh, ow = padded, padded.shape[2], padded.shape[3]
+    else:
+        cols, oh, ow = _patches(padded, (kh, kw), st, dil, "conv2d")  # (N, C, K, OH, OW)
     cols = cols.reshape(n, groups, cg * kh * kw, oh * ow)  # (N, G, Cg*K, L)
     w = weight.reshape(groups, o // groups, cg * kh * kw)  # (G, Og, Cg*K)
     out = (w @ cols).reshape(n, o, oh, ow)  # (N, G, Og, L) -> (N, O, OH, OW)
