@@ -2,9 +2,10 @@
 
 numba does not cache functions made by ``exec``, so each group's source is written to
 ``<cache>/k_<hash>.py`` (hash of the source) and imported from there; ``cache=True`` then keeps
-the machine code across processes. One file serves every shape of its group: a flat kernel for
-C-contiguous operands and a loop nest over strided arrays (numba specializes on layout, not on
-sizes). What an op means in scalar code is the table `_EXPR`; anything absent is not fused.
+the machine code across processes. One file serves every shape of its group: a flat loop
+over C-contiguous operands (strided ones are copied first), so numba compiles one version per
+group, whatever the sizes. What an op means in scalar code is the table `_EXPR`; anything
+absent is not fused.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def min_elements() -> int:
     return int(raw) if raw.isdigit() else 1 << 15
 
 _FASTMATH: Final = "{'contract', 'reassoc', 'arcp'}"
+
+#: Elements per chunk of a parallel kernel.
+_CHUNK: Final = 1 << 15
 
 
 def _np(dtype: DType) -> str:
@@ -179,7 +183,6 @@ class FusedGroup:
         body += [f"out{k}[IDX] = {names[vid]}" for k, vid in enumerate(self.outputs)]
         params = ", ".join([f"in{k}" for k in range(len(self.inputs))]
                            + [f"out{k}" for k in range(len(self.outputs))])
-        ndim = max(len(self.shape), 1)
         # NOTE: imported here: grouping runs for every plan, numba only for kernels that pay.
         from . import mathlib
         from ._compat import NUMBA_VERSION
@@ -196,22 +199,15 @@ class FusedGroup:
             f"FM = {_FASTMATH}",
             "",
         ]
-        for variant, loop in (("flat", "range"), ("flat_par", "prange")):
-            parallel = ", parallel=True" if loop == "prange" else ""
-            lines += [f"@jit(fastmath=FM{parallel})", f"def {variant}(n, {params}):",
-                      f"    for i in {loop}(n):"]
-            lines += [f"        {line.replace('IDX', 'i')}" for line in body]
-            lines.append("")
-        for variant, loop in (("nd", "range"), ("nd_par", "prange")):
-            parallel = ", parallel=True" if loop == "prange" else ""
-            lines += [f"@jit(fastmath=FM{parallel})", f"def {variant}({params}):",
-                      "    shape = out0.shape"]
-            idx = ", ".join(f"i{d}" for d in range(ndim))
-            for d in range(ndim):
-                kind = loop if d == 0 else "range"
-                lines.append(f"    {'    ' * d}for i{d} in {kind}(shape[{d}]):")
-            lines += [f"    {'    ' * ndim}{line.replace('IDX', idx)}" for line in body]
-            lines.append("")
+        lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):", "    for i in range(n):"]
+        lines += [f"        {line.replace('IDX', 'i')}" for line in body]
+        # NOTE: the parallel variant runs chunks of the serial one: a loop body inlined into
+        # numba's parallel region is not vectorized.
+        sliced = ", ".join(f"{p}[lo:hi]" for p in params.split(", "))
+        lines += ["", "", "@jit(fastmath=FM, parallel=True)", f"def flat_par(n, {params}):",
+                  f"    for c in prange((n + {_CHUNK - 1}) // {_CHUNK}):",
+                  f"        lo = c * {_CHUNK}", f"        hi = min(n, lo + {_CHUNK})",
+                  f"        flat(hi - lo, {sliced})", ""]
         return "\n".join(lines)
 
 
@@ -260,13 +256,11 @@ def load_kernel(source: str) -> ModuleType:
         return module
 
 
-def kernel_for(group: FusedGroup) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The (flat, strided) entry points for `group`, parallel when its size pays for it."""
+def kernel_for(group: FusedGroup) -> Callable[..., Any]:
+    """The flat entry point for `group` (C-contiguous operands), parallel when its size pays."""
     module = load_kernel(group.source())
     size = 1
     for d in group.shape:
         size *= d
-    parallel = size >= PARALLEL_THRESHOLD
-    flat = module.flat_par if parallel else module.flat
-    nd = module.nd_par if parallel and group.shape and group.shape[0] > 1 else module.nd
-    return flat, nd
+    kernel: Callable[..., Any] = module.flat_par if size >= PARALLEL_THRESHOLD else module.flat
+    return kernel
