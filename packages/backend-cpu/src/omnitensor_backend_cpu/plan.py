@@ -26,8 +26,9 @@ from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, rows
+from . import codegen, threads
 from .codegen import FusedGroup
+from .tier import Tier, reference_runner
 
 __all__ = ["Plan", "build_plan"]
 
@@ -168,27 +169,35 @@ def _reference_step(inst: Instruction) -> _Draft:
     return _Draft(reads, writes, make)
 
 
-def _fused_step(group: FusedGroup, index: int) -> _Draft:
-    flat = codegen.kernel_for(group)
+def _fused_step(group: FusedGroup, index: int, tier: Tier) -> _Draft:
     ins, outs = list(group.inputs), list(group.outputs)
     size = math.prod(group.shape)
     owned = [_Owned(v, group.shape, _dtype_of(group, v), index) for v in outs]
+    small = size < codegen.min_elements()
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         out_get = [getters[v] for v in outs]
 
-        def step(slots: Slots) -> None:
-            # NOTE: strided and broadcast operands (a bias over rows) are copied to contiguous
-            # memory first: one extra pass over them, against a loop nest over arbitrary strides
-            # that LLVM does not vectorize (30x slower for a tanh-GELU over (576, 512)).
-            args = [a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
-                    for a in (slots[i] for i in ins)]
-            results = [get(slots) for get in out_get]
-            flat(size, *args, *[r.reshape(-1) for r in results])
-            for v, r in zip(outs, results, strict=True):
-                slots[v] = r
+        def compiled() -> Step:
+            flat = codegen.kernel_for(group)
 
-        return step
+            def step(slots: Slots) -> None:
+                # NOTE: strided and broadcast operands (a bias over rows) are copied contiguous
+                # first: one extra pass over them, against a loop nest over arbitrary strides
+                # that LLVM does not vectorize (30x slower for a tanh-GELU over (576, 512)).
+                args = [a.reshape(-1) if a.flags.c_contiguous
+                        else np.ascontiguousarray(a).reshape(-1) for a in (slots[i] for i in ins)]
+                results = [get(slots) for get in out_get]
+                flat(size, *args, *[r.reshape(-1) for r in results])
+                for v, r in zip(outs, results, strict=True):
+                    slots[v] = r
+
+            return step
+
+        if small:
+            return tier.step(reference_runner(group.insts, group.literals, outs, out_get),
+                             compiled)
+        return compiled()
 
     return _Draft(ins, outs, make, owned, "fused")
 
@@ -226,6 +235,7 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
     owned = [_Owned(out, out_t.shape, out_t.dtype.np, index)]
     lid = lperm == tuple(range(lhs_t.ndim))
     rid = rperm == tuple(range(rhs_t.ndim))
+    flops = 2.0 * b * m * n * k
 
     # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
     matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
@@ -253,6 +263,7 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
             a = slots[lhs] if lid else slots[lhs].transpose(lperm)
             c = slots[rhs] if rid else slots[rhs].transpose(rperm)
             result = get(slots)
+            threads.blas_for(flops)
             # NOTE: reshape is a view whenever the permuted strides allow (the common x @ W
             # and x @ W.T layouts); otherwise numpy copies, which is still correct.
             np.matmul(a.reshape(lshape), c.reshape(rshape), out=result.reshape(oshape))
@@ -435,9 +446,6 @@ def _groups(function: Function, exclude: set[int]) -> dict[int, FusedGroup]:
 def _worth_fusing(insts: list[Instruction]) -> bool:
     # NOTE: a lone cheap op is as fast in numpy and would cost a numba compile; a lone float32
     # transcendental is worth it (vectorized approximations instead of libm calls).
-    result = insts[0].results[0].type
-    if not isinstance(result, TensorType) or result.size < codegen.min_elements():
-        return False
     if len(insts) > 1:
         return True
     inst = insts[0]
@@ -450,20 +458,30 @@ def _worth_fusing(insts: list[Instruction]) -> bool:
 
 def build_plan(function: Function) -> Plan:
     """Compile a verified function into a `Plan` (groups, kernels, buffers)."""
-    fused_row = rows.match_rows(function)
+    # NOTE: row kernels are compiled code: not for programs whose arrays are all small.
+    biggest = max((v.type.size for i in function.body for v in i.results
+                   if isinstance(v.type, TensorType)), default=0)
+    fused_row = {}
+    if biggest >= codegen.min_elements():
+        from . import rows
+
+        fused_row = rows.match_rows(function)
     row_insts = {id(i) for m in fused_row.values() for i in m.insts}
     groups = _groups(function, row_insts)
     grouped = {id(i) for g in groups.values() for i in g.insts}
     drafts: list[_Draft] = []
+    tier = Tier()
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
         if idx in fused_row:
+            from . import rows
+
             drafts.append(rows.row_step(fused_row[idx], len(drafts), _Draft, _Owned))
             drafts[-1].label = f"rows:{fused_row[idx].kind}{fused_row[idx].shape}"
             continue
         if idx in groups:
-            drafts.append(_fused_step(groups[idx], len(drafts)))
+            drafts.append(_fused_step(groups[idx], len(drafts), tier))
             group = groups[idx]
             drafts[-1].label = f"fused:{'+'.join(i.op for i in group.insts)}{group.shape}"
             continue

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from omnitensor.errors import OmnitensorError
 
-__all__ = ["ENV", "apply", "apply_from_env", "numba_loaded", "requested"]
+__all__ = ["ENV", "apply", "apply_from_env", "blas_for", "numba_loaded", "requested"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,14 @@ _BLAS_LIMITER: list[Any] = []
 
 #: The count numba gets when `_compat` first imports it.
 _PENDING: list[int] = []
+
+#: Floating-point operations from which a BLAS call may use every thread. Below, one: a split
+#: product waits for the slowest thread, and on a busy machine that is a descheduled one (a
+#: 300 x 64 x 64 product took 7 ms on two threads of a loaded 2-core machine, 20 us on one).
+BLAS_PARALLEL_FLOPS: Final = 5e7
+
+#: [the configured BLAS thread count, the count set now, the BLAS libraries' setters]
+_BLAS: list[Any] = [1, 1, None]
 
 
 def requested() -> int:
@@ -47,7 +55,7 @@ def requested() -> int:
 def apply(n: int) -> int:
     """Use `n` threads in numba and BLAS; returns the count numba uses (or will use)."""
     n = max(1, n)
-    if "omnitensor_backend_cpu._compat" in sys.modules:
+    if "numba" in sys.modules:  # already paid for: apply now
         from . import _compat
 
         n = min(n, _compat.max_threads())
@@ -62,7 +70,28 @@ def apply(n: int) -> int:
     else:
         _BLAS_LIMITER.clear()
         _BLAS_LIMITER.append(threadpool_limits(limits=n, user_api="blas"))
+        _BLAS[0] = _BLAS[1] = n
     return n
+
+
+def blas_for(flops: float) -> None:
+    """Set BLAS to the thread count a product of `flops` operations pays for (one if small)."""
+    want = _BLAS[0] if flops >= BLAS_PARALLEL_FLOPS else 1
+    if want == _BLAS[1]:
+        return
+    setters = _BLAS[2]
+    if setters is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            setters = []
+        else:
+            setters = [c.set_num_threads for c in ThreadpoolController().lib_controllers
+                       if c.user_api == "blas"]
+        _BLAS[2] = setters
+    for setter in setters:
+        setter(want)
+    _BLAS[1] = want
 
 
 def _pool_size() -> int:
