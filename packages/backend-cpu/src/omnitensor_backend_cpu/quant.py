@@ -24,13 +24,14 @@ from typing import Any, Final
 import numpy as np
 
 from ._compat import jit, prange
+from .quant_more import MORE_FORMATS, pack_more
 
 __all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
 
 Array = np.ndarray[Any, Any]
 
-#: Formats with a kernel of their own.
-FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"})
+#: Formats with a kernel of their own (the other ggml formats are repacked by `quant_more`).
+FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"}) | MORE_FORMATS
 
 #: Weight elements (N x K) from which the product runs on numba's thread pool. High on purpose:
 #: on this shared 2-core machine a fork/join per matrix-vector product waits for descheduled
@@ -111,6 +112,8 @@ _LAYOUTS: Final[dict[str, tuple[int, int, int, Any]]] = {
 def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     """Repack ggml blocks (uint8 [N, K/block*block_bytes]) of logical `shape` (N, K)."""
     assert format in FORMATS, format
+    if format in MORE_FORMATS:
+        return pack_more(blocks, format, shape)  # type: ignore[no-any-return]
     n, k = shape
     if format == "q8_0":
         raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)
@@ -218,7 +221,8 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
         mins = _NO_MINS
     else:
         # NOTE: the offsets meet the activation only through its sub-block sums.
-        xsum = np.ascontiguousarray(x.reshape(x.shape[0], k // 32, 32).sum(axis=-1))
+        # (per sub-block of 32, or 16 for Q2_K)
+        xsum = np.ascontiguousarray(x.reshape(x.shape[0], mins.shape[1], -1).sum(axis=-1))
     (_qs_rows_par if big else _qs_rows)(x, packed.qs, packed.d, packed.shift, mins, xsum, out)
 
 

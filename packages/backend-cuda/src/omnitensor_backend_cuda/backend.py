@@ -21,7 +21,7 @@ from omnitensor.ir.types import TensorType
 from omnitensor.ir.verify import verify
 
 from ._compat import as_strided, device_facts, import_cupy, selected_device
-from .kernels import MAX_RANK
+from .kernels import MAX_RANK, QUANT_BLOCKS
 from .lower import Lowered, Step, lower, row_major
 
 __all__ = ["SUPPORTED_OPS", "CudaBackend", "CudaBuffer", "CudaExecutable"]
@@ -124,6 +124,9 @@ class CudaBackend(Backend):
         """None when the op has a lowering and every tensor has rank <= 8."""
         if inst.op not in SUPPORTED_OPS:
             return f"{inst.op} has no CUDA kernel in backend 'cuda'"
+        if inst.op in ("qmatmul", "dequantize") and inst.attrs["format"] not in QUANT_BLOCKS:
+            return (f"{inst.op}: format {inst.attrs['format']!r} has no CUDA kernel in backend "
+                    f"'cuda' (it has {', '.join(QUANT_BLOCKS)})")
         if inst.op == "custom_call":
             for inner in inst.attrs["decomposition"].body:
                 reason = self.supports(inner)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gguf
 import ml_dtypes
@@ -14,6 +15,7 @@ import pytest
 from omnitensor.errors import FormatError
 from omnitensor.io.gguf import read_gguf, write_gguf
 from omnitensor.io.weights import QuantizedArray, WeightFile
+from omnitensor.ir import quant_blocks
 
 RNG = np.random.default_rng(0)
 
@@ -143,20 +145,39 @@ def test_write_dtype_conversion(tmp_path: Path) -> None:
     np.testing.assert_allclose(w, tensors["w"], atol=0.05)
 
 
-def test_other_ggml_types_are_dequantized(tmp_path: Path) -> None:
-    x = RNG.standard_normal((2, 64)).astype(np.float32)
-    raw = gguf.quantize(x, gguf.GGMLQuantizationType.Q5_0)
-    w = gguf.GGUFWriter(tmp_path / "q5.gguf", "llama")
-    w.add_tensor("t", raw, raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+def _one_tensor_file(path: Path, raw: np.ndarray, qtype: Any) -> Path:
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tensor("t", raw, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    file = read_gguf(tmp_path / "q5.gguf")
-    assert file.tensor_info("t").type == "q5_0"
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl",
+                                 "iq4_xs"])
+def test_more_ggml_types_stay_quantized(tmp_path: Path, fmt: str) -> None:
+    x = RNG.standard_normal((2, 256)).astype(np.float32)
+    raw = quant_blocks.quantize(x, fmt)
+    qtype = getattr(gguf.GGMLQuantizationType, fmt.upper())
+    file = read_gguf(_one_tensor_file(tmp_path / f"{fmt}.gguf", raw, qtype))
+    assert file.tensor_info("t").type == fmt
+    loaded = file.load("t")
+    assert isinstance(loaded, QuantizedArray) and loaded.format == fmt
+    np.testing.assert_array_equal(loaded.blocks, raw)  # no float32 copy
+    np.testing.assert_array_equal(loaded.dequantize(), gguf.dequantize(raw, qtype))
+
+
+def test_other_ggml_types_are_dequantized(tmp_path: Path) -> None:
+    x = RNG.standard_normal((2, 256)).astype(np.float32)
+    raw = gguf.quantize(x, gguf.GGMLQuantizationType.TQ2_0)
+    file = read_gguf(_one_tensor_file(tmp_path / "tq2.gguf", raw,
+                                      gguf.GGMLQuantizationType.TQ2_0))
+    assert file.tensor_info("t").type == "tq2_0"
     loaded = file.load("t")
     assert isinstance(loaded, np.ndarray) and loaded.dtype == np.float32
-    np.testing.assert_allclose(loaded, x, atol=0.1)
+    np.testing.assert_array_equal(loaded, gguf.dequantize(raw, gguf.GGMLQuantizationType.TQ2_0))
 
 
 def test_missing_tensor_names_file(tmp_path: Path) -> None:

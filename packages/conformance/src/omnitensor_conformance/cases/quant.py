@@ -22,6 +22,14 @@ SCALE_OFFSETS: dict[str, tuple[int, ...]] = {
     "q4_0": (0,),
     "q4_k": (0, 2),  # d, dmin
     "q6_k": (208,),  # d follows ql (128), qh (64) and the int8 scales (16)
+    "q4_1": (0, 2),  # d, m
+    "q5_0": (0,),
+    "q5_1": (0, 2),  # d, m
+    "q2_k": (80, 82),  # d, dmin follow the scales (16) and the 2-bit levels (64)
+    "q3_k": (108,),  # d follows hmask (32), levels (64) and scales (12)
+    "q5_k": (0, 2),  # d, dmin
+    "iq4_nl": (0,),
+    "iq4_xs": (0,),
 }
 
 

@@ -1,4 +1,7 @@
-"""numpy codecs for ggml's block-quantization layouts: Q8_0, Q4_0, Q4_K and Q6_K.
+"""numpy codecs for ggml's block-quantization layouts (Q8_0, Q4_0, Q4_K, Q6_K; more in CODECS).
+
+The other common formats (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) live in
+`quant_codecs` and are registered in `CODECS` too.
 
 Byte layouts, element orders and the dequantization arithmetic are ggml's own (ggml-quants.c), so
 `dequantize` agrees bit for bit with ggml and with the `gguf` package. The quantizers reimplement
@@ -365,6 +368,17 @@ CODECS: Final[dict[str, Codec]] = {
 }
 
 
+def _more_codecs() -> None:
+    # NOTE: imported here, after the helpers it reuses are defined (quant_codecs imports them).
+    from . import quant_codecs
+
+    for name, quant in quant_codecs.QUANTIZERS.items():
+        CODECS[name] = _codec(name, quant, quant_codecs.DEQUANTIZERS[name])
+
+
+_more_codecs()
+
+
 def _get(op: str, format: str) -> Codec:
     if format not in CODECS:
         raise FormatError(
@@ -385,7 +399,9 @@ def quantize(x: Any, format: str) -> Array:
 
     Args:
         x: float array [..., K], K a multiple of the format's block size (converted to float32).
-        format: ``"q8_0"``, ``"q4_0"``, ``"q4_k"`` or ``"q6_k"``.
+        format: a key of `CODECS` (``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``,
+            ``"q2_k"``, ``"q3_k"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``, ``"iq4_nl"``,
+            ``"iq4_xs"``).
 
     Returns:
         uint8 array [..., K // block * block_bytes].
@@ -412,7 +428,7 @@ def dequantize(blocks: Any, format: str) -> Array:
 
     Args:
         blocks: uint8 array [..., n * block_bytes].
-        format: ``"q8_0"``, ``"q4_0"``, ``"q4_k"`` or ``"q6_k"``.
+        format: a key of `CODECS`.
 
     Returns:
         float32 array [..., n * block]. Blocks holding inf/NaN scales decode to inf/NaN.

@@ -77,6 +77,15 @@ QUANT_FORMATS: Final[dict[str, QuantFormat]] = {
         QuantFormat("q4_0", 32, 18),  # f16 scale + 16 bytes of nibbles
         QuantFormat("q4_k", 256, 144),  # f16 d, f16 dmin, 12 bytes scales, 128 bytes nibbles
         QuantFormat("q6_k", 256, 210),  # 128 ql, 64 qh, 16 int8 scales, f16 d
+        # more ggml formats (codecs in ir.quant_codecs)
+        QuantFormat("q4_1", 32, 20),  # f16 d, f16 m, 16 bytes of nibbles
+        QuantFormat("q5_0", 32, 22),  # f16 d, 4 bytes of fifth bits, 16 bytes of nibbles
+        QuantFormat("q5_1", 32, 24),  # f16 d, f16 m, 4 bytes of fifth bits, 16 of nibbles
+        QuantFormat("q2_k", 256, 84),  # 16 scale/min bytes, 64 bytes of 2-bit q, f16 d, dmin
+        QuantFormat("q3_k", 256, 110),  # 32 hmask, 64 bytes of 2-bit q, 12 scales, f16 d
+        QuantFormat("q5_k", 256, 176),  # f16 d, dmin, 12 scales, 32 qh, 128 nibbles
+        QuantFormat("iq4_nl", 32, 18),  # f16 d, 16 bytes of indices into a non-linear table
+        QuantFormat("iq4_xs", 256, 136),  # f16 d, u16 + 4 bytes of 6-bit scales, 128 indices
     )
 }
 

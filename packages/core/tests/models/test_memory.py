@@ -1,0 +1,56 @@
+"""A quantized GGUF model stays quantized in memory: resident size after load <= 1.2x the file.
+
+A few-MB Llama whose matrices use every common ggml format (a different one per layer, as the
+``_K_M`` mixes do) is written as GGUF, loaded on the reference backend, and the memory still
+allocated after loading (numpy buffers and Python objects, traced by `tracemalloc`) is compared
+with the file size. A float32 copy of the weights would be 4-12x the file.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from omnitensor.io.weights import QuantizedArray
+from omnitensor.ir.types import QTensorType
+from omnitensor.models import Checkpoint, export_gguf
+from omnitensor.runtime import CausalLM, load_model
+
+FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+           "iq4_nl", "iq4_xs"]
+
+
+def _quantized_llama(make_llama: Any) -> Checkpoint:
+    checkpoint: Checkpoint = make_llama(hidden=256, ffn=512, layers=len(FORMATS), heads=4,
+                                        kv_heads=2, context=64)
+    for name, value in list(checkpoint.weights.items()):
+        if value.ndim == 2:
+            layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
+            checkpoint.weights[name] = QuantizedArray.quantize(value, FORMATS[layer])
+    return checkpoint
+
+
+def test_resident_memory_after_load_is_at_most_1_2x_the_file(tmp_path: Path,
+                                                              make_llama: Any) -> None:
+    path = export_gguf(_quantized_llama(make_llama), tmp_path / "mix.gguf")
+    size = path.stat().st_size
+    assert size > 2_000_000  # a few MB
+    gc.collect()
+    tracemalloc.start()
+    try:
+        model = load_model(path, "ref")
+        gc.collect()
+        resident, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(model, CausalLM)
+    formats = {t.format for w in model.model.weights.values()
+               if isinstance(t := w._node.types[w._index], QTensorType)}
+    assert formats == set(FORMATS)  # every matrix kept in its own format
+    print(f"file {size} B, resident after load {resident} B ({resident / size:.3f}x), "
+          f"peak {peak / size:.3f}x")
+    assert resident <= 1.2 * size, (resident / size, peak / size)
+    out = model.generate("abc", max_new_tokens=3)  # and it runs
+    assert len(out.token_ids) == 3
