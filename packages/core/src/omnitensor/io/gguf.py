@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import FormatError, ShapeError, UnsupportedError
 from ..ir.types import QUANT_FORMATS
 from ._compat import ggml_dequantize, gguf_module, gguf_writer
+from .gguf_mix import FILE_TYPES, tensor_types
 from .weights import Array, QuantizedArray, TensorInfo, missing_tensor
 
 __all__ = ["GGUFFile", "read_gguf", "write_gguf"]
@@ -449,7 +450,7 @@ _UINT32_SUFFIXES: Final = (
     "general.file_type", "general.quantization_version", "general.alignment",
     ".pooling_type", ".attention.causal", ".expert_count", ".expert_used_count",
 )
-_FILE_TYPES: Final = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 15, "q6_k": 18, "bf16": 32}
+_FILE_TYPES: Final = FILE_TYPES  # llama.cpp's llama_ftype by name (io.gguf_mix)
 
 
 def _infer_type(key: str, value: Any) -> str:
@@ -539,10 +540,13 @@ def write_gguf(path: str | os.PathLike[str], metadata: Mapping[str, Any],
         tensors: name -> numpy array (float32, float16, bfloat16, float64 written as f32,
             int8..int64) or `QuantizedArray` (written as its blocks).
         arch: llama.cpp architecture name (``"llama"``, ``"qwen2"``, ``"gpt2"``, ``"bert"``).
-        dtype: convert float tensors of 2 or more dimensions to ``"f32"``, ``"f16"``, ``"bf16"``,
-            ``"q8_0"``, ``"q4_0"``, ``"q4_k"`` or ``"q6_k"`` (1-D tensors stay f32, as in
-            llama.cpp; a row that is not a whole number of blocks falls back to f16). None keeps
-            each tensor's own type.
+        dtype: convert float tensors of 2 or more dimensions to ``"f32"``, ``"f16"``, ``"bf16"``
+            or a ggml format (``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``, ``"q8_0"``,
+            ``"q2_k"``, ``"q3_k"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``, ``"iq4_nl"``,
+            ``"iq4_xs"``), or to llama.cpp's mixes ``"q4_k_s"``, ``"q4_k_m"``, ``"q5_k_s"``,
+            ``"q5_k_m"`` (`io.gguf_mix`). 1-D tensors stay f32, as in llama.cpp; a row that is
+            not a whole number of blocks falls back as llama.cpp's quantize tool does. None
+            keeps each tensor's own type.
         types: metadata key -> GGUF type name (``"uint32"``, ``"array[int32]"``...) overriding
             the inferred type (`GGUFFile.metadata_types` gives a read file's types).
 
@@ -556,7 +560,10 @@ def write_gguf(path: str | os.PathLike[str], metadata: Mapping[str, Any],
     if declared != arch:
         raise FormatError(f"write_gguf: general.architecture {declared!r} differs from "
                           f"arch {arch!r}")
-    converted = {name: _convert(name, value, dtype) for name, value in tensors.items()}
+    chosen = {} if dtype is None else tensor_types(
+        {name: tuple(value.shape) for name, value in tensors.items()}, dtype)
+    converted = {name: _convert(name, value, chosen.get(name)) for name, value in
+                 tensors.items()}
     writer = gguf_writer(os.fspath(path), arch)
     types = dict(types or {})
     merged = dict(metadata)

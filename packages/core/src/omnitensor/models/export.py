@@ -73,8 +73,11 @@ def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
     Args:
         checkpoint: weights in omnitensor's layout (`models.open_checkpoint`, or built in memory).
         path: the output file.
-        dtype: ``"f32"``, ``"f16"``, ``"bf16"``, ``"q8_0"``, ``"q4_0"``, ``"q4_k"`` or ``"q6_k"``
-            for matrices (1-D tensors stay f32, as llama.cpp writes them).
+        dtype: ``"f32"``, ``"f16"``, ``"bf16"``, a ggml format (``"q4_0"``, ``"q4_1"``,
+            ``"q5_0"``, ``"q5_1"``, ``"q8_0"``, ``"q2_k"``, ``"q3_k"``, ``"q4_k"``, ``"q5_k"``,
+            ``"q6_k"``, ``"iq4_nl"``, ``"iq4_xs"``) or a llama.cpp mix (``"q4_k_m"``,
+            ``"q5_k_m"``, ``"q4_k_s"``, ``"q5_k_s"``) for matrices (1-D tensors stay f32, as
+            llama.cpp writes them; see `io.gguf_mix`).
         tokenizer_metadata: ``tokenizer.ggml.*`` keys; by default made from the checkpoint's
             tokenizer (`gguf_tokenizer_metadata`).
         name: ``general.name`` (default: the file's stem).
