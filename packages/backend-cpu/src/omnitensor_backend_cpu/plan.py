@@ -28,13 +28,10 @@ from omnitensor.ir.types import TensorType
 
 from . import codegen, threads
 from .codegen import FusedGroup
+from .drafts import Array, Draft, Owned, Slots, Step
 from .tier import Tier, reference_runner
 
 __all__ = ["Plan", "build_plan"]
-
-Array = np.ndarray[Any, Any]
-Slots = list[Any]
-Step = Callable[[Slots], None]
 
 #: Buffers are aligned to cache lines (and AVX registers).
 _ALIGN: Final = 64
@@ -42,32 +39,6 @@ _ALIGN: Final = 64
 #: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS (when
 #: the weight has at least twice `codegen.min_elements()`; below, numpy's matmul).
 _GEMV_MAX_ROWS: Final = 4
-
-
-@dataclass
-class _Owned:
-    """A value a step writes into a buffer the planner provides."""
-
-    value: int
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
-    step: int
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
-
-@dataclass
-class _Draft:
-    """A step before buffers are assigned: `make(out_getters)` builds the closure."""
-
-    reads: list[int]
-    writes: list[int]
-    make: Callable[[dict[int, Callable[[Slots], Array]]], Step]
-    owned: list[_Owned] = field(default_factory=list)
-    kind: str = "ref"
-    label: str = ""
 
 
 @dataclass
@@ -142,7 +113,7 @@ class Plan:
 # --- step makers --------------------------------------------------------------------------------
 
 
-def _reference_step(inst: Instruction) -> _Draft:
+def _reference_step(inst: Instruction) -> Draft:
     opdef = get_op(inst.op)
     kernel, attrs = opdef.reference, dict(inst.attrs)
     reads = [v.id for v in inst.operands]
@@ -166,13 +137,13 @@ def _reference_step(inst: Instruction) -> _Draft:
 
         return step_multi
 
-    return _Draft(reads, writes, make)
+    return Draft(reads, writes, make)
 
 
-def _fused_step(group: FusedGroup, index: int, tier: Tier) -> _Draft:
+def _fused_step(group: FusedGroup, index: int, tier: Tier) -> Draft:
     ins, outs = list(group.inputs), list(group.outputs)
     size = math.prod(group.shape)
-    owned = [_Owned(v, group.shape, _dtype_of(group, v), index) for v in outs]
+    owned = [Owned(v, group.shape, _dtype_of(group, v), index) for v in outs]
     small = size < codegen.min_elements()
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
@@ -199,7 +170,7 @@ def _fused_step(group: FusedGroup, index: int, tier: Tier) -> _Draft:
                              compiled)
         return compiled()
 
-    return _Draft(ins, outs, make, owned, "fused")
+    return Draft(ins, outs, make, owned, "fused")
 
 
 def _dtype_of(group: FusedGroup, value: int) -> np.dtype[Any]:
@@ -211,7 +182,7 @@ def _dtype_of(group: FusedGroup, value: int) -> np.dtype[Any]:
     raise AssertionError(value)
 
 
-def _dot_step(inst: Instruction, index: int) -> _Draft | None:
+def _dot_step(inst: Instruction, index: int) -> Draft | None:
     """`dot_general` on float32/float64 as one BLAS call (batched by numpy's matmul)."""
     lhs_t, rhs_t, out_t = (v.type for v in (*inst.operands, inst.results[0]))
     assert isinstance(lhs_t, TensorType) and isinstance(rhs_t, TensorType)
@@ -232,7 +203,7 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
     oshape = (b, m, n) if b > 1 else (m, n)
     lhs, rhs = inst.operands[0].id, inst.operands[1].id
     out = inst.results[0].id
-    owned = [_Owned(out, out_t.shape, out_t.dtype.np, index)]
+    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
     lid = lperm == tuple(range(lhs_t.ndim))
     rid = rperm == tuple(range(rhs_t.ndim))
     flops = 2.0 * b * m * n * k
@@ -271,10 +242,10 @@ def _dot_step(inst: Instruction, index: int) -> _Draft | None:
 
         return step
 
-    return _Draft([lhs, rhs], [out], make, owned, "blas")
+    return Draft([lhs, rhs], [out], make, owned, "blas")
 
 
-def _qmatmul_step(inst: Instruction, index: int) -> _Draft | None:
+def _qmatmul_step(inst: Instruction, index: int) -> Draft | None:
     """`qmatmul` of float32 activations by a weight format `quant` has a kernel for."""
     x_t, out_t = inst.operands[0].type, inst.results[0].type
     w_t = inst.operands[1].type
@@ -288,7 +259,7 @@ def _qmatmul_step(inst: Instruction, index: int) -> _Draft | None:
     n, k = shape
     m = out_t.size // n
     x, w, out = inst.operands[0].id, inst.operands[1].id, inst.results[0].id
-    owned = [_Owned(out, out_t.shape, out_t.dtype.np, index)]
+    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
@@ -302,10 +273,10 @@ def _qmatmul_step(inst: Instruction, index: int) -> _Draft | None:
 
         return step
 
-    return _Draft([x, w], [out], make, owned, "quant")
+    return Draft([x, w], [out], make, owned, "quant")
 
 
-def _update_step(inst: Instruction, function: Function, idx: int) -> _Draft | None:
+def _update_step(inst: Instruction, function: Function, idx: int) -> Draft | None:
     """`dynamic_update_slice` of a donated input that nothing else reads: written in place.
 
     A KV cache is donated to each decode step and updated one row at a time: copying it per
@@ -345,7 +316,7 @@ def _update_step(inst: Instruction, function: Function, idx: int) -> _Draft | No
 
         return step
 
-    return _Draft([operand, update, *starts], [out], make, [], "inplace")
+    return Draft([operand, update, *starts], [out], make, [], "inplace")
 
 
 def _writable(array: Array) -> bool:
@@ -469,7 +440,7 @@ def build_plan(function: Function) -> Plan:
     row_insts = {id(i) for m in fused_row.values() for i in m.insts}
     groups = _groups(function, row_insts)
     grouped = {id(i) for g in groups.values() for i in g.insts}
-    drafts: list[_Draft] = []
+    drafts: list[Draft] = []
     tier = Tier()
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
@@ -477,7 +448,7 @@ def build_plan(function: Function) -> Plan:
         if idx in fused_row:
             from . import rows
 
-            drafts.append(rows.row_step(fused_row[idx], len(drafts), _Draft, _Owned))
+            drafts.append(rows.row_step(fused_row[idx], len(drafts), Draft, Owned))
             drafts[-1].label = f"rows:{fused_row[idx].kind}{fused_row[idx].shape}"
             continue
         if idx in groups:
@@ -509,10 +480,10 @@ def _shape_of(inst: Instruction) -> tuple[int, ...] | str:
     return result.shape if isinstance(result, TensorType) else str(result)
 
 
-def _drop_dead(drafts: list[_Draft], outputs: set[int]) -> list[_Draft]:
+def _drop_dead(drafts: list[Draft], outputs: set[int]) -> list[Draft]:
     """Remove steps none of whose results is read (broadcasts of inlined literals)."""
     live = set(outputs)
-    kept: list[_Draft] = []
+    kept: list[Draft] = []
     for draft in reversed(drafts):
         if draft.kind == "ref" and not any(w in live for w in draft.writes):
             continue
@@ -525,12 +496,12 @@ def _drop_dead(drafts: list[_Draft], outputs: set[int]) -> list[_Draft]:
     return kept
 
 
-def _assign_buffers(function: Function, drafts: list[_Draft], template: list[Any],
+def _assign_buffers(function: Function, drafts: list[Draft], template: list[Any],
                     groups: list[FusedGroup]) -> Plan:
     # Which owned buffers may a value reference? Views and reference kernels may return views
     # of their operands, so their results alias everything their operands alias.
     aliases: dict[int, frozenset[int]] = {}
-    owned_by_value: dict[int, _Owned] = {}
+    owned_by_value: dict[int, Owned] = {}
     for draft in drafts:
         for o in draft.owned:
             owned_by_value[o.value] = o
@@ -585,7 +556,7 @@ def _assign_buffers(function: Function, drafts: list[_Draft], template: list[Any
     )
 
 
-def _getter(owned: _Owned, in_arena: bool) -> Callable[[Slots], Array]:
+def _getter(owned: Owned, in_arena: bool) -> Callable[[Slots], Array]:
     if in_arena:
         slot = owned.value
         return lambda slots: slots[slot]

@@ -1,0 +1,64 @@
+"""The plan step of one instruction run by a compiled kernel (the composites' lowerings use it).
+
+The kernel writes the instruction's single result into the buffer the memory planner gives it.
+Small instances (fewer result elements than `codegen.min_elements`) start as the instruction's
+reference kernel (for a composite, its decomposition) under the plan's `Tier`, and switch to the
+kernel once the plan has shown that compiling pays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from omnitensor.ir.program import Instruction
+from omnitensor.ir.types import TensorType
+
+from . import codegen
+from .drafts import Array, Draft, Owned, Slots, Step
+from .tier import Tier, reference_runner
+
+__all__ = ["Kernel", "kernel_draft"]
+
+#: ``kernel(operands, out)``: operands in the order of `kernel_draft`'s `reads` (None where an
+#: optional operand is absent), `out` the result buffer (C-contiguous) to write.
+Kernel = Callable[[list[Array | None], Array], None]
+
+
+def kernel_draft(inst: Instruction, index: int, tier: Tier, reads: Sequence[int | None],
+                 kernel: Callable[[], Kernel], kind: str) -> Draft:
+    """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
+
+    Args:
+        inst: the instruction (single result).
+        index: the step's position in the plan.
+        tier: the plan's tier (small instances start on the reference kernel).
+        reads: value ids the kernel reads, None for absent optional operands.
+        kernel: makes the kernel function (imports the numba module then).
+        kind: the step kind in `Plan.kinds` and labels.
+    """
+    result = inst.results[0]
+    assert isinstance(result.type, TensorType)
+    out = result.id
+    owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
+    small = result.type.size < codegen.min_elements()
+    ids = list(reads)
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[out]
+
+        def compiled() -> Step:
+            run = kernel()
+
+            def step(slots: Slots) -> None:
+                buffer = get(slots)
+                if buffer.size:
+                    run([None if i is None else slots[i] for i in ids], buffer)
+                slots[out] = buffer
+
+            return step
+
+        if small:
+            return tier.step(reference_runner([inst], {}, [out], [get]), compiled)
+        return compiled()
+
+    return Draft([i for i in ids if i is not None], [out], make, owned, kind)
