@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from figures import record, threads
 
 import omnitensor as ot
 import omnitensor.functional as F
@@ -72,18 +73,19 @@ def _short(labels: list[str]) -> str:
 
 
 def api_workloads(rng: np.random.Generator, only: set[str]) -> list[tuple[
-        str, Callable[..., Any], list[Array], Callable[..., Any] | None]]:
-    """(title, functional, numpy inputs, torch function) per workload."""
+        str, str, Callable[..., Any], list[Array], Callable[..., Any] | None]]:
+    """(key, title, functional, numpy inputs, torch function) per workload."""
     x = rng.normal(size=(ROWS, COLS)).astype(np.float32)
     w, b = (rng.normal(size=COLS).astype(np.float32) for _ in range(2))
     flat = (rng.normal(size=FLAT) * 2).astype(np.float32)
-    out: list[tuple[str, Callable[..., Any], list[Array], Callable[..., Any] | None]] = []
+    out: list[tuple[str, str, Callable[..., Any], list[Array], Callable[..., Any] | None]] = []
     have = torch is not None
 
     def add(name: str, title: str, fn: Callable[..., Any], inputs: list[Array],
             ref: Callable[..., Any] | None) -> None:
         if name in only:
-            out.append((title, fn, inputs, ref if have else None))
+            key = name + ("_causal" if "causal" in title else "")
+            out.append((key, title, fn, inputs, ref if have else None))
 
     add("softmax", f"F.softmax rows {ROWS}x{COLS}", lambda a: F.softmax(a, axis=-1), [x],
         lambda a: torch.softmax(a, -1))
@@ -187,30 +189,30 @@ def silu_logistic(n: int) -> Function:
 
 
 def ptir_workloads(rng: np.random.Generator, only: set[str]) -> list[tuple[
-        str, Function, list[Array], Callable[..., Any] | None]]:
-    """(title, function, numpy inputs, torch function) per workload."""
+        str, str, Function, list[Array], Callable[..., Any] | None]]:
+    """(key, title, function, numpy inputs, torch function) per workload."""
     x = rng.normal(size=(ROWS, COLS)).astype(np.float32)
     w, bias = (rng.normal(size=COLS).astype(np.float32) for _ in range(2))
     flat = (rng.normal(size=FLAT) * 2).astype(np.float32)
     full_w = np.ascontiguousarray(np.broadcast_to(w, (ROWS, COLS)))
     have = torch is not None
-    out: list[tuple[str, Function, list[Array], Callable[..., Any] | None]] = []
+    out: list[tuple[str, str, Function, list[Array], Callable[..., Any] | None]] = []
     if "softmax" in only:
-        out.append(("softmax, broadcast-dims keepdims", softmax_bcast(ROWS, COLS), [x],
+        out.append(("softmax", "softmax, broadcast-dims keepdims", softmax_bcast(ROWS, COLS), [x],
                     (lambda a: torch.softmax(a, -1)) if have else None))
     if "rms_norm" in only:
-        out.append(("RMS norm, x / sqrt(sum * 1/n + eps) * w[full]", rms_norm_sqrt(ROWS, COLS),
-                    [x, full_w],
+        out.append(("rms_norm", "RMS norm, x / sqrt(sum * 1/n + eps) * w[full]",
+                    rms_norm_sqrt(ROWS, COLS), [x, full_w],
                     (lambda a, w_: TF.rms_norm(a, (COLS,), w_[0], 1e-6)) if have else None))
     if "layer_norm" in only:
-        out.append(("layer norm, reshape keepdims, sum * 1/n", layer_norm_mul(ROWS, COLS),
-                    [x, w, bias],
+        out.append(("layer_norm", "layer norm, reshape keepdims, sum * 1/n",
+                    layer_norm_mul(ROWS, COLS), [x, w, bias],
                     (lambda a, w_, b_: TF.layer_norm(a, (COLS,), w_, b_, 1e-5)) if have else None))
     if "gelu_tanh" in only:
-        out.append(("tanh-GELU term by term 16M", gelu_tanh_terms(FLAT), [flat],
+        out.append(("gelu_tanh", "tanh-GELU term by term 16M", gelu_tanh_terms(FLAT), [flat],
                     (lambda a: TF.gelu(a, approximate="tanh")) if have else None))
     if "silu" in only:
-        out.append(("SiLU as x * logistic(x) 16M", silu_logistic(FLAT), [flat],
+        out.append(("silu", "SiLU as x * logistic(x) 16M", silu_logistic(FLAT), [flat],
                     (lambda a: TF.silu(a)) if have else None))
     return out
 
@@ -232,9 +234,11 @@ def race(systems: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]
 
 
 def report(title: str, first_s: float, med: dict[str, float], err: float | None,
-           labels: list[str]) -> None:
-    """One workload's lines."""
+           labels: list[str], key: str) -> None:
+    """One workload's lines (and its figure ``kernel.<key>.x_torch`` for `run.py`)."""
     ours = med["omnitensor"]
+    if "torch" in med:
+        record(f"kernel.{key}.x_torch", med["torch"] / ours, steps=_short(labels))
     ratio = f"  {med['torch'] / ours:5.2f}x torch" if "torch" in med else ""
     error = "" if err is None else f"  max|diff| vs torch {err:.1e}"
     print(f"\n{title}\n  omnitensor {ours * 1e3:8.2f} ms{ratio}  (first call {first_s:.2f} s)"
@@ -253,7 +257,7 @@ def run_api(rounds: int, only: set[str]) -> None:
     """Part 1: ``ot.compile`` of the functionals."""
     print("\n== public API: ot.compile(F.<functional>) on cpu ==")
     with ot.use_backend("cpu"):
-        for title, fn, inputs, ref in api_workloads(np.random.default_rng(0), only):
+        for key, title, fn, inputs, ref in api_workloads(np.random.default_rng(0), only):
             compiled = ot.compile(fn)
             tensors = [ot.from_numpy(a) for a in inputs]
             t0 = time.perf_counter()
@@ -266,14 +270,14 @@ def run_api(rounds: int, only: set[str]) -> None:
                 targs = [torch.from_numpy(a) for a in inputs]
                 err = _diff(result, ref(*targs))
                 systems["torch"] = lambda r=ref, a=targs: r(*a)
-            report(title, first, race(systems, rounds), err, _api_labels(compiled))
+            report(title, first, race(systems, rounds), err, _api_labels(compiled), f"api.{key}")
 
 
 def run_ptir(rounds: int, only: set[str]) -> None:
     """Part 2: hand-built PTIR through the default pipeline and the cpu backend."""
     print("\n== hand-built PTIR in other equivalent forms (optimizer pipeline, then cpu) ==")
     backend = get_backend("cpu")
-    for title, fn, inputs, ref in ptir_workloads(np.random.default_rng(0), only):
+    for key, title, fn, inputs, ref in ptir_workloads(np.random.default_rng(0), only):
         t0 = time.perf_counter()
         optimized = optimize_for_backend(fn, backend, passes=backend_passes("cpu"))
         exe = backend.compile(optimized)
@@ -287,7 +291,7 @@ def run_ptir(rounds: int, only: set[str]) -> None:
             targs = [torch.from_numpy(a) for a in inputs]
             err = _diff(result, ref(*targs))
             systems["torch"] = lambda r=ref, a=targs: r(*a)
-        report(title, first, race(systems, rounds), err, _labels(exe))
+        report(title, first, race(systems, rounds), err, _labels(exe), f"ptir.{key}")
 
 
 ALL = "softmax,log_softmax,layer_norm,rms_norm,gelu,gelu_tanh,silu,attention"
@@ -302,6 +306,8 @@ def main() -> None:
     args = parser.parse_args()
     only, parts = set(args.only.split(",")), set(args.part.split(","))
     backend = get_backend("cpu")
+    if torch is not None:
+        torch.set_num_threads(threads())
     print(f"backend cpu {backend.device_info()}; torch "
           f"{torch.__version__ if torch is not None else 'not installed'} "
           f"({torch.get_num_threads() if torch is not None else 0} threads); medians of "

@@ -12,12 +12,16 @@ omnitensor runs go through `CompiledModel.step` (the same compiled prefill/decod
 (everything that is not inside a plan step) is measured and printed.
 
     python benchmarks/decode.py [--backend cpu] [--rounds 3] [--small] [--systems ...]
+        [--prompt 16] [--new 64]
+
+Under `run.py` the medians are recorded as figures (``decode.<system>.tok_s``,
+``prefill<N>.<system>.ms``, ``compile.<system>.s``, ``overhead.<system>.pct``, and with a single
+omnitensor system ``memory.<system>.peak_mb`` next to the file size plus KV cache).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from figures import record, threads
 
 PROMPT = 16
 NEW = 64
@@ -121,6 +126,7 @@ class TorchSystem:
         from transformers import LlamaForCausalLM
 
         self.torch = torch
+        torch.set_num_threads(threads())
         self.model = LlamaForCausalLM.from_pretrained(hf, torch_dtype=torch.float32).eval()
 
     def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:
@@ -148,7 +154,8 @@ class LlamaCppSystem:
     def __init__(self, gguf: Path) -> None:
         import llama_cpp
 
-        self.llm = llama_cpp.Llama(str(gguf), n_ctx=256, n_threads=os.cpu_count() or 2,
+        n_ctx = max(256, 1 << (PROMPT + NEW).bit_length())
+        self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_threads=threads(),
                                    use_mmap=False, verbose=False, logits_all=False)
 
     def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:
@@ -220,15 +227,33 @@ def step_overhead(system: OmniSystem, steps: int = 16) -> tuple[float, float] | 
     return statistics.median(totals), statistics.median(outside)
 
 
+def peak_memory(name: str, path: Path, shape: dict[str, int], capacity: int) -> None:
+    """Print (and record) this process's peak RSS next to the file size plus the KV cache."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    heads = shape["num_attention_heads"]
+    head = shape["hidden_size"] // heads
+    kv = 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * capacity * head * 4
+    budget = (path.stat().st_size + kv) / 2**20
+    print(f"  {name}: peak RSS {peak:.0f} MB; file + KV cache {budget:.0f} MB "
+          f"({peak / budget:.2f}x)")
+    record(f"memory.{name}.peak_mb", peak, budget_mb=budget)
+
+
 def main() -> None:
     """Build the model, run the systems interleaved, print medians and ratios."""
+    global PROMPT, NEW
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", action="store_true", help="a tiny model for a quick run")
     parser.add_argument("--systems", default="omni-f32,omni-q8_0,torch,llama.cpp-f32,"
                         "llama.cpp-q8_0")
+    parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens")
+    parser.add_argument("--new", type=int, default=NEW, help="new tokens per round")
     args = parser.parse_args()
+    PROMPT, NEW = args.prompt, args.new
     wanted = args.systems.split(",")
     shape = SMALL if args.small else FULL
     with tempfile.TemporaryDirectory(prefix="omni-decode-") as tmp:
@@ -259,7 +284,9 @@ def main() -> None:
         for name, system in systems.items():  # warm-up: compiles, first-touch
             t = time.perf_counter()
             system.run(prompt, 4)
-            print(f"{name}: warm-up (compile) {time.perf_counter() - t:.1f} s")
+            warm = time.perf_counter() - t
+            print(f"{name}: warm-up (compile) {warm:.1f} s")
+            record(f"compile.{name}.s", warm)
         prefill: dict[str, list[float]] = {n: [] for n in systems}
         tps: dict[str, list[float]] = {n: [] for n in systems}
         tokens: dict[str, list[int]] = {}
@@ -281,6 +308,8 @@ def main() -> None:
                 agree = f"  tokens equal to torch: {same}/{NEW}"
             print(f"  {name:15s} prefill {statistics.median(prefill[name]) * 1e3:8.1f} ms  "
                   f"decode {r:7.2f} tok/s{ratio}{agree}")
+            record(f"decode.{name}.tok_s", r)
+            record(f"prefill{PROMPT}.{name}.ms", statistics.median(prefill[name]) * 1e3)
         if args.backend == "cpu":
             for name, system in systems.items():
                 if name.startswith("omni-"):
@@ -290,6 +319,10 @@ def main() -> None:
                         print(f"  {name}: decode step {total * 1e3:.2f} ms, Python overhead "
                               f"(outside kernels) {outside * 1e3:.2f} ms = "
                               f"{outside / total * 100:.1f} %")
+                        record(f"overhead.{name}.pct", outside / total * 100)
+        omni = [n for n in systems if n.startswith("omni-")]
+        if len(systems) == 1 and omni and omni[0] != "omni-f32":
+            peak_memory(omni[0], ggufs[omni[0][5:]], shape, systems[omni[0]].capacity)
     sys.stdout.flush()
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from figures import record, threads
 
 SENTENCES = 256
 BATCH = 32
@@ -208,6 +209,7 @@ def main() -> None:
     wanted = args.systems.split(",")
     import torch
 
+    torch.set_num_threads(threads())
     texts = make_sentences(count)
     with tempfile.TemporaryDirectory(prefix="omni-encoder-") as tmp:
         t = time.perf_counter()
@@ -241,6 +243,7 @@ def main() -> None:
             t = time.perf_counter()
             outputs[name] = system.embed(texts)
             print(f"{name}: warm-up (compile) {time.perf_counter() - t:.1f} s")
+            record(f"compile.encoder.{name}.s", time.perf_counter() - t)
         seconds: dict[str, list[float]] = {n: [] for n in systems}
         for _ in range(args.rounds):
             for name, system in systems.items():
@@ -258,6 +261,7 @@ def main() -> None:
                 diff = float(np.abs(outputs[name] - outputs[base]).max())
                 agree = f"  max |diff| vs transformers {diff:.2e}"
             print(f"  {name:22s} {s:8.3f} s  {count / s:8.1f} sentences/s{ratio}{agree}")
+            record(f"encoder.{name}.sent_s", count / s)
     sys.stdout.flush()
 
 

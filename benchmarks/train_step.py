@@ -37,6 +37,7 @@ def _threads() -> int:
 os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(_threads())
 
 import numpy as np  # noqa: E402
+from figures import record  # noqa: E402
 
 import omnitensor as ot  # noqa: E402
 from omnitensor import nn  # noqa: E402
@@ -148,6 +149,7 @@ def main() -> None:
         for _ in range(args.warmup):
             step()
         print(f"{name}: warm-up {args.warmup} steps in {time.perf_counter() - start:.1f}s")
+        record(f"compile.train.{name}.s", time.perf_counter() - start)
     times: dict[str, list[float]] = {name: [] for name in systems}
     before = stats.snapshot()
     for _ in range(args.rounds):
@@ -164,6 +166,7 @@ def main() -> None:
         median = statistics.median(samples)
         ratio = f"  {median / base:6.2f}x torch" if base else ""
         print(f"  {name:18s} {median * 1e3:9.1f} ms{ratio}")
+        record(f"train.{name}.ms", median * 1e3)
 
 
 if __name__ == "__main__":

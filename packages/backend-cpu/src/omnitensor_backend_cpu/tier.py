@@ -31,6 +31,10 @@ Step = Callable[[Slots], None]
 BUDGET_ENV: Final = "OMNITENSOR_CPU_TIER_BUDGET_MS"
 
 
+#: Seconds per call under which a step's numpy form is kept even after the plan switched.
+MIN_CALL_S: Final = 30e-6
+
+
 class Tier:
     """The numpy time of one plan's small kernel steps, and whether they switched.
 
@@ -38,6 +42,7 @@ class Tier:
         budget_s: seconds of numpy time after which the steps switch to compiled kernels.
         spent_s: seconds spent so far.
         up: True once switched.
+        eager: True when the budget is zero (every step compiles on its first call).
     """
 
     def __init__(self, budget_s: float | None = None) -> None:
@@ -46,22 +51,31 @@ class Tier:
             budget_s = float(raw) / 1e3 if raw.replace(".", "", 1).isdigit() else 0.05
         self.budget_s = budget_s
         self.spent_s = 0.0
-        self.up = budget_s <= 0
+        self.up = self.eager = budget_s <= 0  # eager: compile at once, whatever a step costs
 
     def step(self, numpy_form: Step, compiled: Callable[[], Step]) -> Step:
-        """A step running `numpy_form` (timed) until the plan switches, then `compiled()`'s."""
+        """A step running `numpy_form` (timed) until the plan switches, then `compiled()`'s.
+
+        A step whose numpy form takes under `MIN_CALL_S` per call stays numpy for good: a
+        compiled kernel would not be faster there (numba's dispatch costs microseconds too),
+        and compiling it in the middle of a decode loop would only stall it.
+        """
         chosen: list[Step] = []
+        mine = [0.0, 0]
 
         def run(slots: Slots) -> None:
             if chosen:
                 chosen[0](slots)
-            elif self.up:
+            elif self.up and (self.eager or mine[0] > MIN_CALL_S * mine[1]):
                 chosen.append(compiled())
                 chosen[0](slots)
             else:
                 start = time.perf_counter()
                 numpy_form(slots)
-                self.spent_s += time.perf_counter() - start
+                spent = time.perf_counter() - start
+                self.spent_s += spent
+                mine[0] += spent
+                mine[1] += 1
                 if self.spent_s > self.budget_s:
                     self.up = True
 
