@@ -260,7 +260,8 @@ def main() -> None:
         folder = Path(tmp)
         t = time.perf_counter()
         hf = save_model(folder, shape)
-        ggufs = {d: save_gguf(hf, folder / f"model-{d}.gguf", d) for d in ("f32", "q8_0")
+        ggufs = {d: save_gguf(hf, folder / f"model-{d}.gguf", d)
+                 for d in ("f32", "q8_0", "q4_k_m")
                  if f"omni-{d}" in wanted or f"llama.cpp-{d}" in wanted}
         print(f"model {shape} written in {time.perf_counter() - t:.1f} s")
         systems: dict[str, Any] = {}
