@@ -58,7 +58,7 @@ MIN_ELEMENTS_ENV: Final = "OMNITENSOR_CPU_KERNEL_MIN_ELEMENTS"
 
 
 def min_elements() -> int:
-    """Elements below which a group or composite runs as numpy kernels instead (default 32768).
+    """Elements below which a group or composite runs as numpy kernels instead (default 8192).
 
     A compiled kernel saves a few microseconds per call on small arrays, but loading it (and
     numba, once per process) costs tens of milliseconds to a second, which small programs never
@@ -67,7 +67,7 @@ def min_elements() -> int:
     small cases.
     """
     raw = os.environ.get(MIN_ELEMENTS_ENV, "").strip()
-    return int(raw) if raw.isdigit() else 1 << 15
+    return int(raw) if raw.isdigit() else 1 << 13
 
 _FASTMATH: Final = "{'contract', 'reassoc', 'arcp'}"
 

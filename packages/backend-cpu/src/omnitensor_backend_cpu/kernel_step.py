@@ -1,9 +1,8 @@
 """The plan step of one instruction run by a compiled kernel (the composites' lowerings use it).
 
 The kernel writes the instruction's single result into the buffer the memory planner gives it.
-Small instances (fewer result elements than `codegen.min_elements`) start as the instruction's
-reference kernel (for a composite, its decomposition) under the plan's `Tier`, and switch to the
-kernel once the plan has shown that compiling pays.
+Small instances (fewer result elements than `codegen.min_elements`) run the instruction's
+reference kernel instead (for a composite, its decomposition; see `tier`).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from omnitensor.ir.types import TensorType
 
 from . import codegen
 from .drafts import Array, Draft, Owned, Slots, Step
-from .tier import Tier, reference_runner
+from .tier import reference_runner
 
 __all__ = ["Kernel", "kernel_draft"]
 
@@ -24,14 +23,13 @@ __all__ = ["Kernel", "kernel_draft"]
 Kernel = Callable[[list[Array | None], Array], None]
 
 
-def kernel_draft(inst: Instruction, index: int, tier: Tier, reads: Sequence[int | None],
+def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
                  kernel: Callable[[], Kernel], kind: str) -> Draft:
     """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
 
     Args:
         inst: the instruction (single result).
         index: the step's position in the plan.
-        tier: the plan's tier (small instances start on the reference kernel).
         reads: value ids the kernel reads, None for absent optional operands.
         kernel: makes the kernel function (imports the numba module then).
         kind: the step kind in `Plan.kinds` and labels.
@@ -58,7 +56,7 @@ def kernel_draft(inst: Instruction, index: int, tier: Tier, reads: Sequence[int 
             return step
 
         if small:
-            return tier.step(reference_runner([inst], {}, [out], [get]), compiled)
+            return reference_runner([inst], {}, [out], [get])
         return compiled()
 
     return Draft([i for i in ids if i is not None], [out], make, owned, kind)

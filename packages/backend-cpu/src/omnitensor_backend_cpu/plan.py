@@ -29,7 +29,7 @@ from omnitensor.ir.types import TensorType
 from . import codegen, threads
 from .codegen import FusedGroup
 from .drafts import Array, Draft, Owned, Slots, Step
-from .tier import Tier, reference_runner
+from .tier import reference_runner
 
 __all__ = ["Plan", "build_plan"]
 
@@ -140,7 +140,7 @@ def _reference_step(inst: Instruction) -> Draft:
     return Draft(reads, writes, make)
 
 
-def _fused_step(group: FusedGroup, index: int, tier: Tier) -> Draft:
+def _fused_step(group: FusedGroup, index: int) -> Draft:
     ins, outs = list(group.inputs), list(group.outputs)
     size = math.prod(group.shape)
     owned = [Owned(v, group.shape, _dtype_of(group, v), index) for v in outs]
@@ -166,8 +166,7 @@ def _fused_step(group: FusedGroup, index: int, tier: Tier) -> Draft:
             return step
 
         if small:
-            return tier.step(reference_runner(group.insts, group.literals, outs, out_get),
-                             compiled)
+            return reference_runner(group.insts, group.literals, outs, out_get)
         return compiled()
 
     return Draft(ins, outs, make, owned, "fused")
@@ -441,7 +440,6 @@ def build_plan(function: Function) -> Plan:
     groups = _groups(function, row_insts)
     grouped = {id(i) for g in groups.values() for i in g.insts}
     drafts: list[Draft] = []
-    tier = Tier()
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
@@ -452,7 +450,7 @@ def build_plan(function: Function) -> Plan:
             drafts[-1].label = f"rows:{fused_row[idx].kind}{fused_row[idx].shape}"
             continue
         if idx in groups:
-            drafts.append(_fused_step(groups[idx], len(drafts), tier))
+            drafts.append(_fused_step(groups[idx], len(drafts)))
             group = groups[idx]
             drafts[-1].label = f"fused:{'+'.join(i.op for i in group.insts)}{group.shape}"
             continue
