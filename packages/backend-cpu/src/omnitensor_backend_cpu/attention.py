@@ -11,19 +11,17 @@ the reference does). Grouped-query heads read their shared KV head (``h // (Hq /
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
-from ._compat import jit, prange
+from . import pool
+from ._compat import jit
 from .mathlib import exp32f
 
-__all__ = ["PARALLEL_MIN_WORK", "rotary", "sdpa"]
+__all__ = ["rotary", "sdpa"]
 
 Array = np.ndarray[Any, Any]
-
-#: Multiply-adds (B * Hq * T * S * D) from which attention uses numba's thread pool.
-PARALLEL_MIN_WORK: Final = 1 << 21
 
 
 @jit(inline=True)
@@ -141,17 +139,6 @@ def _sdpa64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
                 h // groups, out, scores)
 
 
-@jit(parallel=True)
-def _sdpa32_par(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool,
-                kvlen: int, scale: float, has_add: bool, has_keep: bool, out: Any, lo: int,
-                hi: int) -> None:
-    # NOTE: each task is a call of the serial kernel (vectorized on its own; a body inlined
-    # into the parallel region would not be).
-    for task in prange(lo, hi):
-        _sdpa32(q, k, v, add, keep, qpos, causal, kvlen, scale, has_add, has_keep, out, task,
-                task + 1)
-
-
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
     """`mask` broadcast to `shape` (a strided view, no copy), or a stand-in of that shape."""
     if mask is None:
@@ -189,14 +176,10 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
     kvlen = -1 if kv_length is None else max(int(kv_length), 0)
     work = n_b * n_h * t_len * s_len * q.shape[3]
-    args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), has_add, has_keep, out, 0,
-            n_b * n_h)
-    if q.dtype != np.float32:
-        _sdpa64(*args)
-    elif work >= PARALLEL_MIN_WORK and n_b * n_h > 1:
-        _sdpa32_par(*args)
-    else:
-        _sdpa32(*args)
+    kernel = _sdpa32 if q.dtype == np.float32 else _sdpa64
+    args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), has_add, has_keep, out)
+    # NOTE: one task per (batch, head); a task's multiply-adds count 1/16 of an element.
+    pool.parallel_for(n_b * n_h, lambda lo, hi: kernel(*args, lo, hi), work=work >> 4)
 
 
 @jit()

@@ -50,9 +50,6 @@ _CMP: Final = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": "
 _ARITH: Final = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _LOGIC: Final = {"and": "&", "or": "|", "xor": "^"}
 
-#: Elements above which a kernel runs on numba's thread pool (below, fork/join costs more).
-PARALLEL_THRESHOLD: Final = 1 << 17
-
 #: ``OMNITENSOR_CPU_KERNEL_MIN_ELEMENTS``: elements below which work runs as numpy kernels.
 MIN_ELEMENTS_ENV: Final = "OMNITENSOR_CPU_KERNEL_MIN_ELEMENTS"
 
@@ -70,9 +67,6 @@ def min_elements() -> int:
     return int(raw) if raw.isdigit() else 1 << 13
 
 _FASTMATH: Final = "{'contract', 'reassoc', 'arcp'}"
-
-#: Elements per chunk of a parallel kernel.
-_CHUNK: Final = 1 << 15
 
 
 def _np(dtype: DType) -> str:
@@ -191,7 +185,7 @@ class FusedGroup:
             f"# omnitensor fused kernel (mathlib {mathlib.SOURCE_HASH}, numba {NUMBA_VERSION})",
             "import math",
             "import numpy as np",
-            "from omnitensor_backend_cpu._compat import jit, prange",
+            "from omnitensor_backend_cpu._compat import jit",
             ("from omnitensor_backend_cpu.mathlib import erf32, erf32f, exp32, exp32f, logistic32, "
              "tanh32, tanh32f"),
             "",
@@ -201,13 +195,7 @@ class FusedGroup:
         ]
         lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):", "    for i in range(n):"]
         lines += [f"        {line.replace('IDX', 'i')}" for line in body]
-        # NOTE: the parallel variant runs chunks of the serial one: a loop body inlined into
-        # numba's parallel region is not vectorized.
-        sliced = ", ".join(f"{p}[lo:hi]" for p in params.split(", "))
-        lines += ["", "", "@jit(fastmath=FM, parallel=True)", f"def flat_par(n, {params}):",
-                  f"    for c in prange((n + {_CHUNK - 1}) // {_CHUNK}):",
-                  f"        lo = c * {_CHUNK}", f"        hi = min(n, lo + {_CHUNK})",
-                  f"        flat(hi - lo, {sliced})", ""]
+        lines.append("")
         return "\n".join(lines)
 
 
@@ -257,10 +245,9 @@ def load_kernel(source: str) -> ModuleType:
 
 
 def kernel_for(group: FusedGroup) -> Callable[..., Any]:
-    """The flat entry point for `group` (C-contiguous operands), parallel when its size pays."""
-    module = load_kernel(group.source())
-    size = 1
-    for d in group.shape:
-        size *= d
-    kernel: Callable[..., Any] = module.flat_par if size >= PARALLEL_THRESHOLD else module.flat
+    """``flat(n, *inputs, *outputs)`` for `group`, over C-contiguous 1-D operands.
+
+    Serial: the plan splits large calls over threads with `pool.parallel_for`.
+    """
+    kernel: Callable[..., Any] = load_kernel(group.source()).flat
     return kernel

@@ -26,7 +26,7 @@ from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, threads
+from . import codegen, pool, threads
 from .codegen import FusedGroup
 from .drafts import Array, Draft, Owned, Slots, Step
 from .tier import reference_runner
@@ -159,7 +159,9 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
                 args = [a.reshape(-1) if a.flags.c_contiguous
                         else np.ascontiguousarray(a).reshape(-1) for a in (slots[i] for i in ins)]
                 results = [get(slots) for get in out_get]
-                flat(size, *args, *[r.reshape(-1) for r in results])
+                flats = [*args, *[r.reshape(-1) for r in results]]
+                pool.parallel_for(size, lambda lo, hi: flat(hi - lo, *[a[lo:hi] for a in flats]),
+                                  grain=64)
                 for v, r in zip(outs, results, strict=True):
                     slots[v] = r
 

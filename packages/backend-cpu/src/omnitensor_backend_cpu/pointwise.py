@@ -12,7 +12,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._compat import jit, prange
+from . import pool
+from ._compat import jit
 from .mathlib import erf32f, logistic32f
 
 __all__ = ["GELU_ERF", "GELU_TANH", "SILU", "activation"]
@@ -23,9 +24,6 @@ Array = np.ndarray[Any, Any]
 GELU_ERF: Final = 0
 GELU_TANH: Final = 1
 SILU: Final = 2
-
-#: Elements from which a kernel runs on numba's thread pool (below, fork/join costs more).
-PARALLEL_THRESHOLD: Final = 1 << 18
 
 _FM: Final = frozenset({"contract"})
 _SQRT_2_OVER_PI: Final = 0.7978845608028654
@@ -88,23 +86,9 @@ def _span32(x: Any, up: Any, out: Any, mode: int, gated: bool, lo: int, hi: int)
             out[i] = _silu32(x[i])
 
 
-#: Elements per parallel chunk (each chunk is one vectorized loop).
-_CHUNK: Final = 1 << 14
-
-
 @jit(fastmath=_FM)
 def _act32(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
     _span32(x, up, out, mode, gated, 0, x.shape[0])
-
-
-@jit(fastmath=_FM, parallel=True)
-def _act32_par(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
-    # NOTE: each chunk calls the serial kernel (its own, vectorized, compiled function): a
-    # loop body inlined into the parallel region is not vectorized by numba's parfor lowering.
-    n = x.shape[0]
-    for c in prange((n + _CHUNK - 1) // _CHUNK):
-        lo, hi = c * _CHUNK, min(n, (c + 1) * _CHUNK)
-        _act32(x[lo:hi], up[lo:hi], out[lo:hi], mode, gated)
 
 
 @jit(fastmath=_FM)
@@ -127,8 +111,6 @@ def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None
     flat_up = flat_x if up is None else np.ascontiguousarray(up).reshape(-1)
     flat_out = out.reshape(-1)
     gated = up is not None
-    if x.dtype == np.float32:
-        big = flat_x.size >= PARALLEL_THRESHOLD
-        (_act32_par if big else _act32)(flat_x, flat_up, flat_out, mode, gated)
-    else:
-        _act64_all(flat_x, flat_up, flat_out, mode, gated)
+    kernel = _act32 if x.dtype == np.float32 else _act64_all
+    pool.parallel_for(flat_x.size, lambda lo, hi: kernel(
+        flat_x[lo:hi], flat_up[lo:hi], flat_out[lo:hi], mode, gated), grain=64)

@@ -6,8 +6,7 @@ weight and bias are (cols,) vectors. Sizes and flags are arguments, so one compi
 dtype serves every shape. float32 rows use float32 arithmetic with `mathlib`'s vectorizable exp
 and float64 sums; float64 rows use ``math``.
 
-The parallel variants split the rows into blocks, each block a call of the serial kernel (a
-loop body inlined into numba's parallel region is not vectorized).
+Large calls are split into blocks of rows run on `pool`'s threads.
 """
 
 from __future__ import annotations
@@ -17,15 +16,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._compat import jit, prange
+from . import pool
+from ._compat import jit
 from .mathlib import exp32f
 
-__all__ = ["PARALLEL_THRESHOLD", "layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 Array = np.ndarray[Any, Any]
-
-#: Elements from which a row kernel runs on numba's thread pool.
-PARALLEL_THRESHOLD: Final = 1 << 18
 
 #: Lanes of the max reduction (two AVX-512 registers of float32).
 _LANES: Final = 32
@@ -176,31 +173,8 @@ def _norm64(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: flo
             dst[j] = y + b[j] if flags & 2 else y
 
 
-_BLOCK: Final = 16
-
-
-@jit(parallel=True)
-def _softmax32_par(x: Any, out: Any, log: bool) -> None:
-    rows = x.shape[0]
-    for blk in prange((rows + _BLOCK - 1) // _BLOCK):
-        lo, hi = blk * _BLOCK, min(rows, (blk + 1) * _BLOCK)
-        _softmax32(x[lo:hi], out[lo:hi], log)
-
-
-@jit(parallel=True)
-def _norm32_par(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: float) -> None:
-    rows = x.shape[0]
-    for blk in prange((rows + _BLOCK - 1) // _BLOCK):
-        lo, hi = blk * _BLOCK, min(rows, (blk + 1) * _BLOCK)
-        _norm32(x[lo:hi], w, b, out[lo:hi], centre, flags, eps)
-
-
 def _rows(x: Array, cols: int) -> Array:
     return np.ascontiguousarray(x).reshape(-1, cols)
-
-
-def _big(x: Array) -> bool:
-    return x.size >= PARALLEL_THRESHOLD and x.shape[0] > _BLOCK
 
 
 def softmax(x: Array, out: Array, *, log: bool = False) -> None:
@@ -209,10 +183,9 @@ def softmax(x: Array, out: Array, *, log: bool = False) -> None:
         return
     cols = x.shape[-1] if x.ndim else 1
     xs, dst = _rows(x, cols), out.reshape(-1, cols)
-    if x.dtype == np.float32:
-        (_softmax32_par if _big(xs) else _softmax32)(xs, dst, log)
-    else:
-        _softmax64(xs, dst, log)
+    kernel = _softmax32 if x.dtype == np.float32 else _softmax64
+    pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], dst[lo:hi], log),
+                      work=xs.size)
 
 
 def log_softmax(x: Array, out: Array) -> None:
@@ -230,10 +203,9 @@ def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: f
     flags = (weight is not None) | (bias is not None) << 1
     w = np.ascontiguousarray(weight, x.dtype).reshape(cols) if weight is not None else xs[0]
     b = np.ascontiguousarray(bias, x.dtype).reshape(cols) if bias is not None else xs[0]
-    if x.dtype == np.float32:
-        (_norm32_par if _big(xs) else _norm32)(xs, w, b, dst, centre, flags, eps)
-    else:
-        _norm64(xs, w, b, dst, centre, flags, eps)
+    kernel = _norm32 if x.dtype == np.float32 else _norm64
+    pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], w, b, dst[lo:hi], centre,
+                                                         flags, eps), work=xs.size)
 
 
 def layer_norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,

@@ -29,8 +29,9 @@ from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
 from ._compat import jit, prange
-from .codegen import PARALLEL_THRESHOLD
 from .mathlib import exp32f
+
+PARALLEL_THRESHOLD = 1 << 17  # (this matcher goes when the composites' lowerings arrive)
 
 __all__ = ["RowMatch", "match_rows", "row_step"]
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from omnitensor.errors import OmnitensorError
 
-__all__ = ["ENV", "apply", "apply_from_env", "blas_for", "numba_loaded", "requested"]
+__all__ = ["ENV", "apply", "apply_from_env", "blas_for", "count", "numba_loaded", "requested"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,9 @@ _BLAS_LIMITER: list[Any] = []
 
 #: The count numba gets when `_compat` first imports it.
 _PENDING: list[int] = []
+
+#: The thread count in force (`count`).
+_COUNT: list[int] = [1]
 
 #: Floating-point operations from which a BLAS call may use every thread. Below, one: a split
 #: product waits for the slowest thread, and on a busy machine that is a descheduled one (a
@@ -71,7 +74,13 @@ def apply(n: int) -> int:
         _BLAS_LIMITER.clear()
         _BLAS_LIMITER.append(threadpool_limits(limits=n, user_api="blas"))
         _BLAS[0] = _BLAS[1] = n
+    _COUNT[0] = n
     return n
+
+
+def count() -> int:
+    """The thread count in force (the last `apply`)."""
+    return _COUNT[0]
 
 
 def blas_for(flops: float) -> None:

@@ -1,0 +1,59 @@
+"""A persistent pool of worker threads that run serial numba kernels on slices of the work.
+
+numba's ``parallel=True`` compiles a second, parallel version of every kernel (one to two
+seconds each on a cold cache, most of a training step's first-run time) and forks and joins its
+own pool per call. Every kernel here is compiled once, serially, with ``nogil=True``; a large
+call is split into contiguous ranges and the ranges run at the same time on these threads (the
+caller runs the first range itself), so parallelism costs no compile time. Work too small to
+pay for a hand-off (`MIN_SPLIT`) runs on the calling thread alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Final
+
+from . import threads
+
+__all__ = ["MIN_SPLIT", "parallel_for"]
+
+#: Units of work (elements, or the caller's own measure) under which a call is not split.
+MIN_SPLIT: Final = 1 << 17
+
+_POOL: list[ThreadPoolExecutor] = []
+_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    with _LOCK:
+        if not _POOL or _POOL[0]._max_workers < workers:
+            _POOL[:] = [ThreadPoolExecutor(max_workers=workers,
+                                           thread_name_prefix="omnitensor-cpu")]
+        return _POOL[0]
+
+
+def parallel_for(n: int, body: Callable[[int, int], None], work: int | None = None,
+                 grain: int = 1) -> None:
+    """Run ``body(lo, hi)`` over ``range(n)`` split into one range per thread.
+
+    Args:
+        n: the iteration count (rows, elements, tasks).
+        body: runs the kernel on ``[lo, hi)`` (it must release the GIL to gain anything).
+        work: the call's size in `MIN_SPLIT` units (default `n`); under `MIN_SPLIT`, or with
+            one thread, `body(0, n)` runs on the calling thread.
+        grain: range boundaries are multiples of this (e.g. a vector width).
+    """
+    parts = min(threads.count(), max(1, n // max(grain, 1)))
+    if parts <= 1 or (n if work is None else work) < MIN_SPLIT:
+        body(0, n)
+        return
+    step = -(-n // parts)
+    step = -(-step // grain) * grain
+    bounds = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+    pool = _pool(len(bounds) - 1)
+    futures: list[Future[None]] = [pool.submit(body, lo, hi) for lo, hi in bounds[1:]]
+    body(*bounds[0])
+    for future in futures:
+        future.result()
