@@ -7,6 +7,7 @@ install it; the test skips there. Build it as ../shared/ANCHORS.md describes to 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -74,3 +75,59 @@ def test_export_matches_llama_cpp_quantize(tmp_path: Path, dtype: str, ftype: in
             np.testing.assert_array_equal(a.blocks, b.blocks, err_msg=name)
         else:
             np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _qwen3_checkpoint() -> Any:
+    """A random 2-layer Qwen3 (q/k norms, explicit head size) over a character vocabulary."""
+    import string
+
+    from omnitensor.io.tokenizer import char_tokenizer
+    from omnitensor.models import Checkpoint
+
+    tokenizer = char_tokenizer(string.ascii_lowercase + " ", bos="<s>", eos="</s>")
+    # one spare row: the GGUF vocabulary gains a reserved merge token (gguf_tokenizer_metadata)
+    vocab, hidden, heads, kv, head_dim, ffn = tokenizer.vocab_size + 1, 64, 4, 2, 32, 128
+    rng = np.random.default_rng(0)
+
+    def mat(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+    weights = {"token_embd.weight": mat(vocab, hidden), "output_norm.weight": 1 + mat(hidden)}
+    for i in range(2):
+        weights |= {
+            f"blk.{i}.attn_norm.weight": 1 + mat(hidden),
+            f"blk.{i}.attn_q.weight": mat(heads * head_dim, hidden),
+            f"blk.{i}.attn_k.weight": mat(kv * head_dim, hidden),
+            f"blk.{i}.attn_v.weight": mat(kv * head_dim, hidden),
+            f"blk.{i}.attn_q_norm.weight": 1 + mat(head_dim),
+            f"blk.{i}.attn_k_norm.weight": 1 + mat(head_dim),
+            f"blk.{i}.attn_output.weight": mat(hidden, heads * head_dim),
+            f"blk.{i}.ffn_norm.weight": 1 + mat(hidden),
+            f"blk.{i}.ffn_gate.weight": mat(ffn, hidden),
+            f"blk.{i}.ffn_up.weight": mat(ffn, hidden),
+            f"blk.{i}.ffn_down.weight": mat(hidden, ffn),
+        }
+    hparams = dict(arch="qwen3", context_length=64, embedding_length=hidden, block_count=2,
+                   feed_forward_length=ffn, head_count=heads, head_count_kv=kv,
+                   vocab_size=vocab, rope_freq_base=1000000.0, norm_epsilon=1e-6,
+                   head_dim=head_dim)
+    return Checkpoint("qwen3", hparams, weights, tokenizer)
+
+
+@pytest.mark.slow
+def test_llama_cpp_runs_exported_qwen3_like_omnitensor(tmp_path: Path) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("omnitensor_backend_ref")
+    path = export_gguf(_qwen3_checkpoint(), tmp_path / "qwen3.gguf")
+    ours = load_model(path, backend="ref")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_threads=2, use_mmap=False,
+                          verbose=False)
+    for prompt in ("hello world", "the cat sat", "a"):
+        ids = ours.tokenizer.encode(prompt)
+        want = ours.generate(prompt, max_new_tokens=8).token_ids
+        got: list[int] = []
+        for token in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            if token == llm.token_eos() or len(got) >= len(want):
+                break
+            got.append(token)
+        assert got == want, prompt

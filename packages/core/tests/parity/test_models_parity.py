@@ -87,7 +87,31 @@ def _gpt2() -> Any:
     return model
 
 
-CAUSAL: dict[str, Callable[[], Any]] = {"llama": _llama, "qwen2": _qwen2, "gpt2": _gpt2}
+def _qwen3() -> Any:
+    torch.manual_seed(4)
+    config = transformers.Qwen3Config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True, **_config_kwargs())
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():  # q/k norms start at one: make them matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+def _mistral() -> Any:
+    torch.manual_seed(5)
+    config = transformers.MistralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=10000.0, sliding_window=4, **_config_kwargs())
+    return transformers.MistralForCausalLM(config).eval()
+
+
+CAUSAL: dict[str, Callable[[], Any]] = {"llama": _llama, "qwen2": _qwen2, "gpt2": _gpt2,
+                                        "qwen3": _qwen3, "mistral": _mistral}
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +155,7 @@ def test_hf_logits_match(arch: str, hf_dirs: dict[str, tuple[Any, Path]]) -> Non
     model, path = hf_dirs[arch]
     lm = load_model(path, "ref")
     assert isinstance(lm, CausalLM)
-    assert lm.model.arch == arch
+    assert lm.model.arch == {"mistral": "llama"}.get(arch, arch)
     for prompt in PROMPTS:
         ids = lm.tokenizer.encode(prompt)
         assert ids[0] == BOS
@@ -166,6 +190,28 @@ def test_batched_prompts_match_one_by_one(arch: str,
         single = lm.generate(prompt, max_new_tokens=NEW_TOKENS)
         assert gen.token_ids == single.token_ids, f"{arch} {prompt!r}"
         assert gen.text == single.text
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "mistral"])
+def test_exported_gguf_matches_transformers(arch: str, hf_dirs: dict[str, tuple[Any, Path]],
+                                            tmp_path: Path) -> None:
+    """The same model through GGUF (llama.cpp's names and metadata keys) gives the same logits."""
+    from omnitensor.io.gguf import read_gguf
+    from omnitensor.models import export_gguf, open_checkpoint
+
+    model, path = hf_dirs[arch]
+    gguf_path = export_gguf(open_checkpoint(path), tmp_path / f"{arch}.gguf")
+    metadata = read_gguf(gguf_path).metadata
+    if arch == "qwen3":
+        assert metadata["qwen3.attention.key_length"] == 16
+        assert "blk.0.attn_q_norm.weight" in read_gguf(gguf_path).tensor_names
+    else:
+        assert metadata["llama.attention.sliding_window"] == 4
+    lm = load_model(gguf_path, "ref")
+    for prompt in PROMPTS:
+        ids = lm.tokenizer.encode(prompt)
+        np.testing.assert_allclose(_ot_logits(lm, ids), _hf_logits(model, ids), atol=ATOL,
+                                   rtol=ATOL, err_msg=f"{arch} {prompt!r}")
 
 
 def test_eos_stops_like_transformers(tmp_path: Path) -> None:

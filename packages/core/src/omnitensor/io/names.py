@@ -98,16 +98,24 @@ _BERT: Final = _rules(r"bert\.", [
     (rf"pooler\.dense\.{_WB}", "pooler.dense.{p}"),
 ])
 
+_QWEN3: Final = [*_LLAMA, *_rules(r"model\.", [
+    (rf"layers\.{_LAYER}\.self_attn\.q_norm\.weight", "blk.{i}.attn_q_norm.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.k_norm\.weight", "blk.{i}.attn_k_norm.weight"),
+])]
+
 # llama.cpp architecture -> rules. Mistral and TinyLlama are "llama"; Qwen2 has its own name
 # (q/k/v biases, no q/k row permutation).
 ARCHITECTURES: Final[dict[str, list[_Rule]]] = {
     "gpt2": _GPT2,
     "llama": _LLAMA,
     "qwen2": _LLAMA,
+    "qwen3": _QWEN3,
     "bert": _BERT,
 }
+#: Architectures normalized with RMSNorm (GGUF ``attention.layer_norm_rms_epsilon``) and rotary.
+RMS_ARCHS: Final = ("llama", "qwen2", "qwen3")
 _HF_MODEL_TYPES: Final = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2",
-                          "bert": "bert"}
+                          "qwen3": "qwen3", "bert": "bert"}
 _GPT2_CONV1D: Final = re.compile(r"blk\.\d+\.(attn_qkv|attn_output|ffn_up|ffn_down)\.weight")
 _ROTARY_QK: Final = re.compile(r"blk\.\d+\.attn_(q|k)\.(weight|bias)")
 
@@ -341,7 +349,7 @@ def hparams_from_gguf(metadata: Mapping[str, Any], tensor_names: Any = ()) -> HP
         return value[0] if isinstance(value, list) and value else value  # per-layer arrays
 
     heads = int(key("attention.head_count"))
-    eps_key = "attention.layer_norm_rms_epsilon" if arch in ("llama", "qwen2") \
+    eps_key = "attention.layer_norm_rms_epsilon" if arch in RMS_ARCHS \
         else "attention.layer_norm_epsilon"
     names = set(tensor_names)
     vocab = metadata.get(f"{arch}.vocab_size") or len(metadata.get("tokenizer.ggml.tokens", []))
@@ -364,7 +372,7 @@ def gguf_metadata_from_hparams(hparams: HParams) -> dict[str, Any]:
         f"{arch}.feed_forward_length": hparams.feed_forward_length,
         f"{arch}.attention.head_count": hparams.head_count,
     }
-    if arch in ("llama", "qwen2"):
+    if arch in RMS_ARCHS:
         out[f"{arch}.attention.head_count_kv"] = hparams.head_count_kv
         out[f"{arch}.rope.freq_base"] = float(hparams.rope_freq_base)
         out[f"{arch}.rope.dimension_count"] = hparams.head_dim

@@ -69,7 +69,8 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     pooling = file.metadata.get(f"{hp.arch}.pooling_type")
     if isinstance(pooling, int) and pooling in _GGUF_POOLING:
         runtime["pooling"] = _GGUF_POOLING[pooling]
-    return Checkpoint(hp.arch, dataclasses.asdict(hp), weights, tokenizer, Path(path), runtime)
+    hparams = dataclasses.asdict(hp) | _gguf_attention_hparams(hp.arch, file.metadata)
+    return Checkpoint(hp.arch, hparams, weights, tokenizer, Path(path), runtime)
 
 
 def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoint:
@@ -101,7 +102,36 @@ def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoin
         hparams["rope_scaling"] = directory.config["rope_scaling"]
     if directory.config.get("head_dim"):
         hparams["head_dim"] = int(directory.config["head_dim"])
+    hparams |= _attention_hparams(directory.config)
     return Checkpoint(hp.arch, hparams, weights, tokenizer, Path(path), runtime)
+
+
+def _attention_hparams(config: dict[str, Any]) -> dict[str, Any]:
+    """Sliding-window settings of a ``config.json`` (Mistral, Qwen2 with use_sliding_window...).
+
+    ``sliding_window``: keys more than this many positions back are not attended, in the layers
+    ``layer_types`` marks ``"sliding_attention"`` (every layer when the config has no list).
+    """
+    out: dict[str, Any] = {}
+    window = config.get("sliding_window")
+    if isinstance(window, int) and window > 0 and config.get("use_sliding_window", True):
+        out["sliding_window"] = window
+        types = config.get("layer_types")
+        if isinstance(types, list):
+            out["sliding_layers"] = [t == "sliding_attention" for t in types]
+    return out
+
+
+def _gguf_attention_hparams(arch: str, metadata: Any) -> dict[str, Any]:
+    """Head size and sliding window from llama.cpp's metadata keys."""
+    out: dict[str, Any] = {}
+    key_length = metadata.get(f"{arch}.attention.key_length")
+    if isinstance(key_length, int) and key_length > 0:
+        out["head_dim"] = key_length
+    window = metadata.get(f"{arch}.attention.sliding_window")
+    if isinstance(window, int) and window > 0:
+        out["sliding_window"] = window
+    return out
 
 
 def open_checkpoint(path: str | Path, progress: Progress | None = None) -> Checkpoint:

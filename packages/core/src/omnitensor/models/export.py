@@ -89,6 +89,14 @@ def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
     hparams = HParams(**{k: v for k, v in checkpoint.hparams.items() if k in fields})
     metadata: dict[str, Any] = gguf_metadata_from_hparams(hparams)
     metadata["general.name"] = name or Path(path).stem
+    arch = hparams.arch
+    head_dim = checkpoint.hparams.get("head_dim")
+    if head_dim and head_dim != hparams.head_dim:  # explicit head size (Qwen3, Gemma)
+        metadata[f"{arch}.attention.key_length"] = int(head_dim)
+        metadata[f"{arch}.attention.value_length"] = int(head_dim)
+        metadata[f"{arch}.rope.dimension_count"] = int(head_dim)
+    if checkpoint.hparams.get("sliding_window"):
+        metadata[f"{arch}.attention.sliding_window"] = int(checkpoint.hparams["sliding_window"])
     if tokenizer_metadata is not None:
         metadata.update(tokenizer_metadata)
     elif checkpoint.tokenizer is not None:

@@ -250,6 +250,11 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
         q, k, v = (ctx.linear(x, f"{prefix}{n}") for n in ("q", "k", "v"))
     q, k, v = _heads(q, heads, head_dim), _heads(k, kv_heads, head_dim), _heads(v, kv_heads,
                                                                                 head_dim)
+    if s.get("qk_norm", False):  # RMSNorm of each head's q and k (Qwen3, Gemma 3)
+        q = F.rms_norm(q, head_dim, ctx.weight(f"{prefix}q_norm.weight", dense=True),
+                       eps=_eps(ctx, s))
+        k = F.rms_norm(k, head_dim, ctx.weight(f"{prefix}k_norm.weight", dense=True),
+                       eps=_eps(ctx, s))
     if s.get("rope", False):
         cos, sin = F.rope_tables(ctx.positions, head_dim, float(ctx.hp("rope_freq_base")),
                                  ctx.hparams.get("rope_scaling"), dtype=q.dtype)
@@ -270,11 +275,29 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
         k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
         kv_length = ctx.start + x.shape[1]
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=ctx.key_mask, is_causal=causal,
+        q, k, v, attn_mask=_window_mask(ctx, k.shape[2]) if causal else ctx.key_mask,
+        is_causal=causal,
         q_positions=ctx.slots if causal else None, kv_length=kv_length)
     b, _, t, _ = out.shape
     out = out.transpose(0, 2, 1, 3).reshape(b, t, heads * head_dim)  # (B, T, C)
     ctx.values[s["output"]] = ctx.linear(out, f"{prefix}output")
+
+
+def _window_mask(ctx: StepContext, keys: int) -> Tensor | None:
+    """The key mask, narrowed to the last ``sliding_window`` slots in sliding layers.
+
+    A query at slot i attends keys at slots j with ``i - j < sliding_window`` (transformers'
+    rule); ``sliding_layers`` (one bool per layer) says which layers slide (default: all).
+    """
+    window = ctx.hparams.get("sliding_window")
+    layers = ctx.hparams.get("sliding_layers")
+    if not window or (isinstance(layers, list) and ctx.layer < len(layers)
+                      and not layers[ctx.layer]):
+        return ctx.key_mask
+    t = ctx.slots.shape[0]
+    near = (ctx.slots.astype(int32).reshape(t, 1) - arange(keys, dtype=int32).reshape(1, keys)
+            < int(window)).reshape(1, 1, t, keys)
+    return near if ctx.key_mask is None else ctx.key_mask & near
 
 
 def _zero() -> Any:
