@@ -160,15 +160,25 @@ def test_callable_priority_evaluated_after_probe() -> None:
     assert calls == ["probe", "priority"]
 
 
-def test_choice_logged_once_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_choice_logged_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
     registry.register_plugin(null_plugin("only", priority=5), "only")
-    with caplog.at_level(logging.WARNING, logger="omnitensor"):
+    with caplog.at_level(logging.INFO, logger="omnitensor"):
         for _ in range(3):
             registry.get_backend()
     records = [r for r in caplog.records if "using backend" in r.getMessage()]
     assert len(records) == 1
-    assert records[0].levelno == logging.WARNING
+    assert records[0].levelno == logging.INFO
     assert "'only'" in records[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_warns_when_a_better_backend_cannot_run(caplog: pytest.LogCaptureFixture) -> None:
+    registry.register_plugin(null_plugin("fast", priority=90, probe=lambda: "no device"), "fast")
+    registry.register_plugin(null_plugin("slow", priority=5), "slow")
+    with caplog.at_level(logging.INFO, logger="omnitensor"):
+        registry.get_backend()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "'fast'" in warnings[0] and "no device" in warnings[0]
 
 
 def test_omnitensor_log_sets_level(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,7 +83,8 @@ def test_cli_generate_prints_the_answer(models: dict[str, CausalLM],
     assert main(["generate", "char-gpt", f"{a}+{b}=", "--backend", "ref"]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == f"{a}+{b}={a + b}"
-    assert "tok/s" in captured.err and "decode" in captured.err
+    assert "prompt: " in captured.err and "decode" in captured.err and "load" in captured.err
+    assert "WARNING" not in captured.err
 
 
 def test_cli_generate_default_model_and_gguf(models: dict[str, CausalLM],
@@ -97,10 +98,27 @@ def test_cli_generate_default_model_and_gguf(models: dict[str, CausalLM],
 
 def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["generate", str(tmp_path / "missing"), "1+1=", "--backend", "ref"]) == 1
-    assert "no such file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no model file, directory or name" in err and "char-gpt" in err
     assert main(["generate", "char-gpt", "1+1=", "--max-new-tokens", "100",
                  "--backend", "ref"]) == 1
-    assert "context length" in capsys.readouterr().err
+    assert "context" in capsys.readouterr().err
+    # a prompt longer than the context is an error, not a silent echo
+    assert main(["generate", "char-gpt", "1+" * 40, "--backend", "ref"]) == 1
+    captured = capsys.readouterr()
+    assert "too long" in captured.err and captured.out == ""
+    # sampling flags are checked before anything loads (the missing model is never reached)
+    assert main(["generate", str(tmp_path / "missing"), "1+1=", "--top-p", "2"]) == 1
+    assert "top_p" in capsys.readouterr().err
+
+
+def test_cli_generate_stop_text_is_not_printed(models: dict[str, CausalLM],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _solved(models, 1)[0]
+    answer = str(a + b)
+    assert main(["generate", "char-gpt", f"{a}+{b}=", "--stop", answer[-1], "--no-echo",
+                 "--backend", "ref"]) == 0
+    assert capsys.readouterr().out.strip() == answer[:-1]
 
 
 def test_cli_embed_rejects_a_causal_lm(capsys: pytest.CaptureFixture[str]) -> None:

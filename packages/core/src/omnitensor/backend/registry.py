@@ -454,7 +454,17 @@ class _Registry:
                     f"{n}={p}" for p, n in reversed(ranked)
                 ) + "; set OMNITENSOR_BACKEND to choose"
             if raw not in self._resolved:
-                logger.warning("using backend %r (%s)", name, why)
+                # the choice is news only at INFO; a better backend that cannot run is a warning
+                logger.info("using backend %r (%s)", name, why)
+                chosen = self._entries[name].priority or 0
+                for other, entry in sorted(self._entries.items()):
+                    declared = entry.spec.priority if entry.spec is not None else None
+                    if names or not isinstance(declared, int) or declared <= chosen:
+                        continue  # an explicit choice, or not a better backend
+                    reason = self.availability(entry)
+                    if reason is not None:
+                        logger.warning("backend %r (priority %d) cannot run here (%s); using "
+                                       "%r", other, declared, reason, name)
             self._resolved[raw] = name
             return name
 

@@ -23,8 +23,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "module:BackendClass). Equivalent to `pytest --pyargs omnitensor_conformance "
         "--omnitensor-backend=BACKEND ...`; pass other pytest options through PYTEST_ADDOPTS.",
     )
-    parser.add_argument("backend", metavar="BACKEND")
-    parser.add_argument("--mode", choices=("test", "grad", "perf", "support"), default="test")
+    parser.add_argument("backend", metavar="BACKEND",
+                        help="a backend registry name (see `omnitensor backends`) or "
+                        "module:BackendClass")
+    parser.add_argument("--mode", choices=("test", "grad", "perf", "support"), default="test",
+                        help="test: every case against the reference (default); grad: the "
+                        "gradient cases; perf: time each op against the reference; support: "
+                        "print the support matrix only")
     parser.add_argument("--ops", default="", help="comma-separated ops or globs (add,reduce_*)")
     parser.add_argument("--case", default="", help="comma-separated case ids to run")
     parser.add_argument("--list-ops", action="store_true", help="list ops and case counts")
@@ -63,8 +68,9 @@ def pytest_args(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     """Run pytest with the suite; return its exit status."""
     if importlib.util.find_spec("omnitensor_conformance") is None:
-        print("omnitensor conformance: the suite is not installed; "
-              "pip install omnitensor-conformance", file=sys.stderr)
+        print("omnitensor conformance: the suite is not installed; from a checkout: "
+              "pip install ./packages/conformance (distribution omnitensor-conformance)",
+              file=sys.stderr)
         return 4
     if getattr(args, "onnx", False):
         return _run_onnx(args)

@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Only headers are read unless --stats is given.",
     )
     parser.add_argument("path", metavar="FILE_OR_DIR", help="a .gguf / .safetensors / .onnx "
-                        "file or a directory with config.json")
+                        "file, a directory with config.json, or a name from `omnitensor "
+                        "models`")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
     parser.add_argument("--stats", action="store_true",
                         help="load every tensor and show min / max / mean (slow on big files)")
@@ -189,10 +190,12 @@ def _print_text(result: Mapping[str, Any], out: TextIO, max_tensors: int | None)
 
 def run(args: argparse.Namespace) -> int:
     """Run ``omnitensor inspect``; returns the exit status (1 on a malformed file)."""
+    from ..runtime.names import resolve_model
+
     if str(args.path).endswith(".onnx"):
         return _run_onnx(args)
     try:
-        result = describe(args.path, stats=args.stats)
+        result = describe(resolve_model(args.path), stats=args.stats)
     except (OmnitensorError, OSError) as exc:
         sys.stderr.write(f"omnitensor inspect: {exc}\n")
         return 1

@@ -25,6 +25,9 @@ VERBS: Final[tuple[str, ...]] = (
     "embed",
     "inspect",
     "run",
+    "models",
+    "chat",
+    "serve",
 )
 
 _LEVELS: Final = ("debug", "info", "warning", "error")
@@ -59,8 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``omnitensor`` parser with every available verb."""
     parser = argparse.ArgumentParser(
         prog="omnitensor",
-        description="Portable tensors and models: inspect backends, ops, rewrites, conformance.",
+        description="Portable tensors and models: run models (generate, chat, serve, embed), "
+        "inspect weight files, backends, ops, rewrites and conformance.",
     )
+    parser.add_argument("--version", action="version", version=f"omnitensor {_version()}",
+                        help="print the installed omnitensor version and exit")
     default = os.environ.get("OMNITENSOR_LOG", "warning").strip().lower()
     parser.add_argument(
         "--log-level",
@@ -78,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     _load_verbs(subparsers)
     return parser
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("omnitensor")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -187,7 +188,9 @@ class CompiledFunction(Generic[P, R]):
         # traces of one signature differ only in which gradients existed on entry (guards)
         trace = next((t for t in candidates if t.matches()), None)
         if trace is None:
+            began = time.perf_counter()
             trace = self._trace(args, kwargs, arg_leaves, backend, signature)
+            stats.compile_seconds += time.perf_counter() - began
             candidates.append(trace)
         result: R = self._run(trace, arg_leaves, donated_leaves)
         return result

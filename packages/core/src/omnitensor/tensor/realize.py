@@ -35,13 +35,15 @@ class Stats:
     compiles: int = 0
     optimizer_runs: int = 0
     prelude_runs: int = 0
+    #: seconds spent tracing and compiling `compile`d functions (the CLI reports it apart)
+    compile_seconds: float = 0.0
 
     def reset(self) -> None:
         """Zero every counter."""
         for name in self.__dataclass_fields__:
-            setattr(self, name, 0)
+            setattr(self, name, type(getattr(self, name))())
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, float]:
         """The counters as a dict."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
