@@ -110,8 +110,46 @@ def _mistral() -> Any:
     return transformers.MistralForCausalLM(config).eval()
 
 
+def _phi3() -> Any:
+    torch.manual_seed(6)
+    config = transformers.Phi3Config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=10000.0, sliding_window=None, **_config_kwargs())
+    return transformers.Phi3ForCausalLM(config).eval()
+
+
+def _gemma_norms(model: Any) -> Any:
+    with torch.no_grad():  # Gemma's norms start at zero (scale 1 + w): make them matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0.0, 0.3)
+    return model
+
+
+def _gemma2() -> Any:
+    torch.manual_seed(7)
+    config = transformers.Gemma2Config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24,
+        max_position_embeddings=64, rms_norm_eps=1e-6, sliding_window=4,
+        attn_logit_softcapping=2.0, final_logit_softcapping=5.0, **_config_kwargs())
+    return _gemma_norms(transformers.Gemma2ForCausalLM(config).eval())
+
+
+def _gemma3() -> Any:
+    torch.manual_seed(8)
+    config = transformers.Gemma3TextConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+        max_position_embeddings=64, rms_norm_eps=1e-6, sliding_window=4,
+        **_config_kwargs())  # layers 0-4 slide (local rotary base), layer 5 is global
+    return _gemma_norms(transformers.Gemma3ForCausalLM(config).eval())
+
+
 CAUSAL: dict[str, Callable[[], Any]] = {"llama": _llama, "qwen2": _qwen2, "gpt2": _gpt2,
-                                        "qwen3": _qwen3, "mistral": _mistral}
+                                        "qwen3": _qwen3, "mistral": _mistral, "phi3": _phi3,
+                                        "gemma2": _gemma2, "gemma3": _gemma3}
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +230,7 @@ def test_batched_prompts_match_one_by_one(arch: str,
         assert gen.text == single.text
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "mistral"])
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "phi3", "gemma2", "gemma3"])
 def test_exported_gguf_matches_transformers(arch: str, hf_dirs: dict[str, tuple[Any, Path]],
                                             tmp_path: Path) -> None:
     """The same model through GGUF (llama.cpp's names and metadata keys) gives the same logits."""
@@ -205,7 +243,7 @@ def test_exported_gguf_matches_transformers(arch: str, hf_dirs: dict[str, tuple[
     if arch == "qwen3":
         assert metadata["qwen3.attention.key_length"] == 16
         assert "blk.0.attn_q_norm.weight" in read_gguf(gguf_path).tensor_names
-    else:
+    elif arch == "mistral":
         assert metadata["llama.attention.sliding_window"] == 4
     lm = load_model(gguf_path, "ref")
     for prompt in PROMPTS:

@@ -80,6 +80,13 @@ def _families() -> list[_Family]:
                 lambda f, a: f(a, 2)),
         _Family("avg_pool2d", "k2", (((2, 3, 8, 8), None, "normal"),),
                 lambda f, a: f(a, 2)),
+        _Family("attention", "softcap", (q, kv, kv),
+                lambda f, a, k, v: f(a, k, v, is_causal=True, softcap=2.0)),
+        _Family("pool", "mean", (x,), lambda f, a: f(a, None, "mean")),
+        _Family("pool", "max", (x,), lambda f, a: f(a, None, "max")),
+        _Family("pool", "lasttoken", (x,), lambda f, a: f(a, None, "lasttoken")),
+        _Family("l2_normalize", "rows", (x,), lambda f, a: f(a)),
+        _Family("softcap", "cap3", (x,), lambda f, a: f(a, 3.0)),
     ] if hasattr(F, "registry") else []
 
 

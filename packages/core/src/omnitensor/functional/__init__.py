@@ -18,6 +18,7 @@ from .attention import scaled_dot_product_attention as scaled_dot_product_attent
 from .basic import dropout as dropout
 from .basic import embedding as embedding
 from .basic import linear as linear
+from .capping import softcap as softcap
 from .conv import avg_pool2d as avg_pool2d
 from .conv import conv2d as conv2d
 from .conv import max_pool2d as max_pool2d
@@ -38,5 +39,5 @@ __all__ = [
     "gelu", "layer_norm", "linear", "log_softmax", "max_pool2d", "mse_loss", "overrides",
     "overrides_from_config", "registry", "relu", "rms_norm", "rope_frequencies", "rope_tables",
     "rotary_embedding", "scaled_dot_product_attention", "silu", "softmax", "stats",
-    "l2_normalize", "pool",
+    "l2_normalize", "pool", "softcap",
 ]

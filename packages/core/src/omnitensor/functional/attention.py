@@ -106,7 +106,7 @@ def scaled_dot_product_attention(
     query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, *,
     q_positions: Tensor | None = None, kv_length: Tensor | None = None,
-    dropout_key: Tensor | None = None,
+    dropout_key: Tensor | None = None, softcap: float | None = None,
 ) -> Tensor:
     """softmax(q k^T * scale + mask) v, PyTorch's signature plus KV-cache arguments.
 
@@ -123,6 +123,7 @@ def scaled_dot_product_attention(
         q_positions: int (T,) absolute positions of the queries (decoding with a cache).
         kv_length: 0-d int: keys at positions >= kv_length are masked (fixed-capacity cache).
         dropout_key: RNG key for `dropout_p`.
+        softcap: scores become ``softcap * tanh(scores / softcap)`` before masking (Gemma 2).
 
     Returns:
         (B, Hq, T, Dv).
@@ -139,6 +140,8 @@ def scaled_dot_product_attention(
     q = query.reshape(b, hkv, groups * t, d)  # heads sharing a kv head side by side
     scores = op("dot_general", q, key, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
     scores = (scores * scale).reshape(b, hq, t, s)  # (B, Hq, T, S)
+    if softcap is not None:
+        scores = (scores * (1.0 / softcap)).tanh() * softcap
     keep: Tensor | None = None
     if is_causal or kv_length is not None:
         k_pos = arange(s, dtype=int32)

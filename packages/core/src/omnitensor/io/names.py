@@ -103,6 +103,39 @@ _QWEN3: Final = [*_LLAMA, *_rules(r"model\.", [
     (rf"layers\.{_LAYER}\.self_attn\.k_norm\.weight", "blk.{i}.attn_k_norm.weight"),
 ])]
 
+_PHI3: Final = _rules(r"model\.", [
+    (r"embed_tokens\.weight", "token_embd.weight"),
+    (rf"layers\.{_LAYER}\.input_layernorm\.weight", "blk.{i}.attn_norm.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.qkv_proj\.weight", "blk.{i}.attn_qkv.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.o_proj\.weight", "blk.{i}.attn_output.weight"),
+    (rf"layers\.{_LAYER}\.post_attention_layernorm\.weight", "blk.{i}.ffn_norm.weight"),
+    # gate and up fused, gate first (llama.cpp keeps them fused as ffn_up)
+    (rf"layers\.{_LAYER}\.mlp\.gate_up_proj\.weight", "blk.{i}.ffn_up.weight"),
+    (rf"layers\.{_LAYER}\.mlp\.down_proj\.weight", "blk.{i}.ffn_down.weight"),
+    (r"norm\.weight", "output_norm.weight"),
+    (r"lm_head\.weight", "output.weight"),
+])
+
+_GEMMA: Final = _rules(r"model\.", [
+    (r"embed_tokens\.weight", "token_embd.weight"),
+    (rf"layers\.{_LAYER}\.input_layernorm\.weight", "blk.{i}.attn_norm.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.q_proj\.weight", "blk.{i}.attn_q.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.k_proj\.weight", "blk.{i}.attn_k.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.v_proj\.weight", "blk.{i}.attn_v.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.o_proj\.weight", "blk.{i}.attn_output.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.q_norm\.weight", "blk.{i}.attn_q_norm.weight"),
+    (rf"layers\.{_LAYER}\.self_attn\.k_norm\.weight", "blk.{i}.attn_k_norm.weight"),
+    (rf"layers\.{_LAYER}\.post_attention_layernorm\.weight",
+     "blk.{i}.post_attention_norm.weight"),
+    (rf"layers\.{_LAYER}\.pre_feedforward_layernorm\.weight", "blk.{i}.ffn_norm.weight"),
+    (rf"layers\.{_LAYER}\.post_feedforward_layernorm\.weight", "blk.{i}.post_ffw_norm.weight"),
+    (rf"layers\.{_LAYER}\.mlp\.gate_proj\.weight", "blk.{i}.ffn_gate.weight"),
+    (rf"layers\.{_LAYER}\.mlp\.up_proj\.weight", "blk.{i}.ffn_up.weight"),
+    (rf"layers\.{_LAYER}\.mlp\.down_proj\.weight", "blk.{i}.ffn_down.weight"),
+    (r"norm\.weight", "output_norm.weight"),
+    (r"lm_head\.weight", "output.weight"),
+])
+
 # llama.cpp architecture -> rules. Mistral and TinyLlama are "llama"; Qwen2 has its own name
 # (q/k/v biases, no q/k row permutation).
 ARCHITECTURES: Final[dict[str, list[_Rule]]] = {
@@ -110,12 +143,18 @@ ARCHITECTURES: Final[dict[str, list[_Rule]]] = {
     "llama": _LLAMA,
     "qwen2": _LLAMA,
     "qwen3": _QWEN3,
+    "phi3": _PHI3,
+    "gemma2": _GEMMA,
+    "gemma3": _GEMMA,
     "bert": _BERT,
 }
 #: Architectures normalized with RMSNorm (GGUF ``attention.layer_norm_rms_epsilon``) and rotary.
-RMS_ARCHS: Final = ("llama", "qwen2", "qwen3")
+RMS_ARCHS: Final = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+#: Gemma's RMSNorm multiplies by (1 + weight); llama.cpp's converter stores 1 + weight.
+_GEMMA_NORM: Final = re.compile(r".*norm\.weight")
 _HF_MODEL_TYPES: Final = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2",
-                          "qwen3": "qwen3", "bert": "bert"}
+                          "qwen3": "qwen3", "phi3": "phi3", "gemma2": "gemma2",
+                          "gemma3_text": "gemma3", "bert": "bert"}
 _GPT2_CONV1D: Final = re.compile(r"blk\.\d+\.(attn_qkv|attn_output|ffn_up|ffn_down)\.weight")
 _ROTARY_QK: Final = re.compile(r"blk\.\d+\.attn_(q|k)\.(weight|bias)")
 
@@ -240,6 +279,8 @@ def from_hf_tensor(arch: str, name: str, value: Array) -> Array:
     """
     if arch == "gpt2" and _GPT2_CONV1D.fullmatch(name):
         return np.ascontiguousarray(value.T)  # (in, out) -> (out, in)
+    if arch in ("gemma2", "gemma3") and _GEMMA_NORM.fullmatch(name):
+        return np.asarray(value, np.float32) + np.float32(1)  # as llama.cpp's converter
     return value
 
 

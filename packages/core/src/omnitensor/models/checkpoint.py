@@ -113,6 +113,19 @@ def _attention_hparams(config: dict[str, Any]) -> dict[str, Any]:
     ``layer_types`` marks ``"sliding_attention"`` (every layer when the config has no list).
     """
     out: dict[str, Any] = {}
+    scalar = config.get("query_pre_attn_scalar")
+    if isinstance(scalar, int | float) and scalar > 0:  # Gemma: scores scaled by scalar**-0.5
+        out["attention_scale"] = float(scalar) ** -0.5
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if isinstance(config.get(key), int | float):
+            out[key] = float(config[key])
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and isinstance(rope.get("sliding_attention"), dict):
+        # Gemma 3: global layers and sliding layers have their own rotary base
+        out["rope_freq_base"] = float(rope["full_attention"].get("rope_theta", 1e6))
+        out["rope_freq_base_swa"] = float(rope["sliding_attention"].get("rope_theta", 1e4))
+        if rope["full_attention"].get("rope_type", "default") != "default":
+            out["rope_scaling"] = rope["full_attention"]
     window = config.get("sliding_window")
     if isinstance(window, int) and window > 0 and config.get("use_sliding_window", True):
         out["sliding_window"] = window
@@ -131,7 +144,24 @@ def _gguf_attention_hparams(arch: str, metadata: Any) -> dict[str, Any]:
     window = metadata.get(f"{arch}.attention.sliding_window")
     if isinstance(window, int) and window > 0:
         out["sliding_window"] = window
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = metadata.get(f"{arch}.{key}")
+        if isinstance(value, int | float) and value > 0:
+            out[key] = float(value)
+    scale = metadata.get(f"{arch}.attention.scale")
+    if isinstance(scale, int | float) and scale > 0:
+        out["attention_scale"] = float(scale)
+    layers = metadata.get(f"{arch}.block_count")
+    if arch in _SWA_PATTERN and isinstance(layers, int):
+        # llama.cpp's fixed patterns: Gemma 2 slides in even layers, Gemma 3 in 5 of every 6
+        period = _SWA_PATTERN[arch]
+        out["sliding_layers"] = [(i + 1) % period != 0 for i in range(layers)]
+        if arch == "gemma3":
+            out["rope_freq_base_swa"] = 10000.0
     return out
+
+
+_SWA_PATTERN = {"gemma2": 2, "gemma3": 6}
 
 
 def open_checkpoint(path: str | Path, progress: Progress | None = None) -> Checkpoint:

@@ -97,6 +97,11 @@ def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
         metadata[f"{arch}.rope.dimension_count"] = int(head_dim)
     if checkpoint.hparams.get("sliding_window"):
         metadata[f"{arch}.attention.sliding_window"] = int(checkpoint.hparams["sliding_window"])
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if checkpoint.hparams.get(key):
+            metadata[f"{arch}.{key}"] = float(checkpoint.hparams[key])
+    if checkpoint.hparams.get("attention_scale"):
+        metadata[f"{arch}.attention.scale"] = float(checkpoint.hparams["attention_scale"])
     if tokenizer_metadata is not None:
         metadata.update(tokenizer_metadata)
     elif checkpoint.tokenizer is not None:

@@ -255,9 +255,13 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
                        eps=_eps(ctx, s))
         k = F.rms_norm(k, head_dim, ctx.weight(f"{prefix}k_norm.weight", dense=True),
                        eps=_eps(ctx, s))
+    sliding = _is_sliding(ctx)
     if s.get("rope", False):
-        cos, sin = F.rope_tables(ctx.positions, head_dim, float(ctx.hp("rope_freq_base")),
-                                 ctx.hparams.get("rope_scaling"), dtype=q.dtype)
+        # Gemma 3: sliding layers have their own base and no scaling
+        local = sliding and ctx.hparams.get("rope_freq_base_swa") is not None
+        base = ctx.hp("rope_freq_base_swa" if local else "rope_freq_base")
+        scaling = None if local else ctx.hparams.get("rope_scaling")
+        cos, sin = F.rope_tables(ctx.positions, head_dim, float(base), scaling, dtype=q.dtype)
         if cos.ndim == 3:  # per-sequence positions (B, T, D/2) -> (B, 1, T, D/2)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)
@@ -274,29 +278,41 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
                                      zero, zero, ctx.start, zero))
         k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
         kv_length = ctx.start + x.shape[1]
+    extra: dict[str, Any] = {}
+    if ctx.hparams.get("attn_logit_softcapping"):
+        extra["softcap"] = float(ctx.hparams["attn_logit_softcapping"])
+    scale = ctx.hparams.get("attention_scale")  # Gemma: query_pre_attn_scalar ** -0.5
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=_window_mask(ctx, k.shape[2]) if causal else ctx.key_mask,
-        is_causal=causal,
-        q_positions=ctx.slots if causal else None, kv_length=kv_length)
+        q, k, v, attn_mask=_window_mask(ctx, k.shape[2]) if causal and sliding else ctx.key_mask,
+        is_causal=causal, scale=float(scale) if scale else None,
+        q_positions=ctx.slots if causal else None, kv_length=kv_length, **extra)
     b, _, t, _ = out.shape
     out = out.transpose(0, 2, 1, 3).reshape(b, t, heads * head_dim)  # (B, T, C)
     ctx.values[s["output"]] = ctx.linear(out, f"{prefix}output")
 
 
+def _is_sliding(ctx: StepContext) -> bool:
+    """Whether this layer attends a sliding window.
+
+    True when ``sliding_window`` is set and ``sliding_layers`` (one bool per layer; default
+    all) marks the layer.
+    """
+    layers = ctx.hparams.get("sliding_layers")
+    if not ctx.hparams.get("sliding_window"):
+        return False
+    return not (isinstance(layers, list) and ctx.layer < len(layers) and not layers[ctx.layer])
+
+
 def _window_mask(ctx: StepContext, keys: int) -> Tensor | None:
-    """The key mask, narrowed to the last ``sliding_window`` slots in sliding layers.
+    """The key mask, narrowed to the last ``sliding_window`` slots.
 
     A query at slot i attends keys at slots j with ``i - j < sliding_window`` (transformers'
-    rule); ``sliding_layers`` (one bool per layer) says which layers slide (default: all).
+    rule).
     """
-    window = ctx.hparams.get("sliding_window")
-    layers = ctx.hparams.get("sliding_layers")
-    if not window or (isinstance(layers, list) and ctx.layer < len(layers)
-                      and not layers[ctx.layer]):
-        return ctx.key_mask
+    window = int(ctx.hparams["sliding_window"])
     t = ctx.slots.shape[0]
     near = (ctx.slots.astype(int32).reshape(t, 1) - arange(keys, dtype=int32).reshape(1, keys)
-            < int(window)).reshape(1, 1, t, keys)
+            < window).reshape(1, 1, t, keys)
     return near if ctx.key_mask is None else ctx.key_mask & near
 
 
@@ -318,7 +334,8 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 def _mlp(ctx: StepContext, s: Mapping[str, Any]) -> None:
     """down(act(up(x))), or down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU).
 
-    Weights under `prefix`: ``up``, ``down`` and, when gated, ``gate``.
+    Weights under `prefix`: ``up``, ``down`` and, when gated, ``gate``; with ``fused_gate``
+    the ``up`` weight holds the gate rows then the up rows (Phi-3's gate_up_proj).
     """
     x = ctx.value(s["input"])
     prefix = ctx.name(s["prefix"])
@@ -328,7 +345,11 @@ def _mlp(ctx: StepContext, s: Mapping[str, Any]) -> None:
                           f"{sorted(_ACTIVATIONS)}", path=ctx.spec_source)
     act = _ACTIVATIONS[name]
     up = ctx.linear(x, f"{prefix}up")
-    hidden = act(ctx.linear(x, f"{prefix}gate")) * up if s.get("gated") else act(up)
+    if s.get("fused_gate"):
+        half = up.shape[-1] // 2
+        hidden = act(up[..., :half]) * up[..., half:]
+    else:
+        hidden = act(ctx.linear(x, f"{prefix}gate")) * up if s.get("gated") else act(up)
     ctx.values[s["output"]] = ctx.linear(hidden, f"{prefix}down")
 
 
@@ -343,6 +364,9 @@ def _lm_head(ctx: StepContext, s: Mapping[str, Any]) -> None:
     if name not in ctx.weights and "fallback" in s:
         name = ctx.name(s["fallback"])
     logits = ctx.linear(x, name.removesuffix(".weight"), bias=False)
+    cap = ctx.hparams.get("final_logit_softcapping")
+    if cap:  # Gemma 2: cap * tanh(logits / cap)
+        logits = F.softcap(logits, float(cap))
     ctx.values[s["output"]] = logits[:, 0] if ctx.last is not None else logits
 
 
@@ -351,6 +375,20 @@ def _pool_mask(ctx: StepContext) -> Tensor | None:
     if "pool_mask" in ctx.values:
         return ctx.values["pool_mask"]
     return ctx.key_mask
+
+
+@step("ScaleBySqrt")
+def _scale_by_sqrt(ctx: StepContext, s: Mapping[str, Any]) -> None:
+    """Out = input * sqrt(hparam `of`), rounded to the input's dtype (Gemma's embeddings)."""
+    x = ctx.value(s["input"])
+    factor = Tensor._apply("constant", value=_scalar(float(ctx.hp(s["of"])) ** 0.5, x))
+    ctx.values[s["output"]] = x * factor
+
+
+def _scalar(value: float, like: Tensor) -> Any:
+    import numpy as np
+
+    return np.asarray(value, dtype=like.dtype.np)
 
 
 @step("MeanPool")
