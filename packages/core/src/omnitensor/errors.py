@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "ArgumentTypeError",
     "BackendError",
     "BackendNotInstalledError",
     "BackendUnavailableError",
     "DTypeError",
     "FormatError",
+    "IndexOutOfRangeError",
     "OmnitensorError",
     "ParseError",
     "PluginError",
@@ -54,6 +56,14 @@ class ShapeError(OmnitensorError, ValueError):
 
 class DTypeError(OmnitensorError, TypeError):
     """A dtype an op does not accept, or operands whose dtypes do not agree."""
+
+
+class IndexOutOfRangeError(ShapeError, IndexError):
+    """An integer index outside its axis (an `IndexError`, so iteration over a tensor ends)."""
+
+
+class ArgumentTypeError(OmnitensorError, TypeError):
+    """An argument of a type a function cannot take (names the function and the argument)."""
 
 
 class UnsupportedError(OmnitensorError, NotImplementedError):

@@ -289,3 +289,28 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, *,
         if not create_graph:
             grad = grad.detach()
         target.grad = grad if target.grad is None else target.grad + grad
+
+
+class _Hooks:
+    """The entry points the tensor layer calls (`omnitensor.tensor.tensor.AutogradHooks`)."""
+
+    def record_op(self, op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        record_op(op, inputs, outputs)
+
+    def make_leaf(self, tensor: Tensor) -> Any:
+        return Leaf(tensor)
+
+    def is_leaf_node(self, node: Any) -> bool:
+        return isinstance(node, Leaf)
+
+    def backward(self, tensor: Tensor, gradient: Tensor | None, *, create_graph: bool) -> None:
+        backward(tensor, gradient, create_graph=create_graph)
+
+
+def _register() -> None:
+    from ..tensor.tensor import register_autograd
+
+    register_autograd(_Hooks())
+
+
+_register()

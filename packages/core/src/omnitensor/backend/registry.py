@@ -694,6 +694,12 @@ def use_backend(name_or_backend: str | Backend) -> Iterator[Backend]:
         _SCOPE.reset(token)
 
 
+def scoped_backend() -> Backend | None:
+    """The backend of the innermost `use_backend` scope, or None outside any (never probes)."""
+    scoped = _SCOPE.get()
+    return None if scoped is None else scoped[1]
+
+
 def current_backend_name() -> str:
     """Name of the backend `get_backend()` returns here (scope, else ``OMNITENSOR_BACKEND``).
 

@@ -17,7 +17,8 @@ import numpy as np
 from ..dtypes import as_dtype, bool_, float32, float64, int32
 from ..errors import OmnitensorError, ShapeError
 from ..tensor.creation import arange
-from ..tensor.math import concatenate, where
+from ..tensor.math import where
+from ..tensor.shape import concatenate
 from ..tensor.tensor import Tensor, as_tensor
 from ._ops import lowest, op
 from .activations import softmax

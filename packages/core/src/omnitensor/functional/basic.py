@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..dtypes import int32
+from ..dtypes import int32, result_type
 from ..errors import DTypeError, OmnitensorError
 from ..tensor.math import where
 from ..tensor.tensor import Tensor
@@ -14,7 +14,13 @@ __all__ = ["dropout", "embedding", "linear"]
 
 @functional("linear")
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """X @ weight.T + bias; `weight` is (out_features, in_features) as in PyTorch."""
+    """X @ weight.T + bias; `weight` is (out_features, in_features) as in PyTorch.
+
+    Operands of different dtypes are promoted by the one rule (`omnitensor.dtypes.promote`),
+    as ``x @ weight.T`` would be: a float64 input to a float32 layer gives float64.
+    """
+    target = result_type(x, weight)
+    x, weight = x.astype(target), weight.astype(target)
     out = op("dot_general", x, weight, contracting=((x.ndim - 1,), (1,)))  # (..., out)
     return out + bias if bias is not None else out
 

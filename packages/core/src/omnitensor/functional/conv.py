@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import ShapeError
-from ..tensor.math import stack
+from ..tensor.shape import stack
 from ..tensor.tensor import Tensor
 from ._ops import lowest, pad, pair, strided_slice
 from .registry import functional

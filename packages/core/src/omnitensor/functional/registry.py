@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -183,16 +184,42 @@ def functional(family: str) -> Callable[[F], F]:
 
     def wrap(fn: F) -> F:
         registry.define(family, fn)
+        signature = inspect.signature(fn)
+        tensor_args = {name for name, p in signature.parameters.items()
+                       if str(p.annotation).split(" |")[0] == "Tensor"}
 
         @functools.wraps(fn)
         def dispatch(*args: Any, **kwargs: Any) -> Any:
-            return registry.call(family, *args, **kwargs)
+            if tensor_args:
+                args, kwargs = _convert(family, signature, tensor_args, args, kwargs)
+            try:
+                return registry.call(family, *args, **kwargs)
+            except OmnitensorError as exc:  # name the user-level function, not only the op
+                if not exc.message.startswith(f"{family}:"):
+                    exc.message = f"{family}: {exc.message}"
+                    exc.args = (exc.message,)
+                raise
 
         dispatch.portable = fn  # type: ignore[attr-defined]
         dispatch.family = family  # type: ignore[attr-defined]
         return dispatch  # type: ignore[return-value]
 
     return wrap
+
+
+def _convert(family: str, signature: inspect.Signature, tensor_args: set[str],
+             args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Tensor arguments given as numpy arrays, lists or scalars, converted (TypeError otherwise)."""
+    from ..tensor.tensor import Tensor, as_tensor
+
+    if all(isinstance(a, Tensor) for a in args) and not kwargs:
+        return args, kwargs  # the common case stays cheap
+    bound = signature.bind_partial(*args, **kwargs)
+    for name in tensor_args:
+        value = bound.arguments.get(name)
+        if value is not None and not isinstance(value, Tensor):
+            bound.arguments[name] = as_tensor(value, fn=family, arg=name)
+    return bound.args, bound.kwargs
 
 
 @contextmanager

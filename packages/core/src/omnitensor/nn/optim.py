@@ -207,7 +207,7 @@ class SGD(Optimizer):
                 state["momentum_buffer"], state["step"] = _zeros_like(p), _counter()
             # buf = g on the first step (step == 0), m buf + (1 - dampening) g after: one
             # program for both, so a compiled step does not depend on which step it traced
-            started = state["step"].clip(hi=1.0)
+            started = state["step"].clip(max=1.0)
             scale = (1.0 - started * float(group["dampening"])).astype(g.dtype)
             buf = state["momentum_buffer"] * m + g * scale
             assign_state(state, "momentum_buffer", buf)
@@ -277,7 +277,7 @@ def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
                 square = (g32 * g32).sum()
                 total = square if total is None else total + square
         norm: Tensor = total.sqrt()
-        factor = (max_norm / (norm + 1e-6)).clip(hi=1.0)
+        factor = (max_norm / (norm + 1e-6)).clip(max=1.0)
         for p in grads:
             if p.grad is not None:
                 p.grad = p.grad * factor.astype(p.grad.dtype)

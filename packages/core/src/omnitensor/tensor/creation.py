@@ -15,8 +15,9 @@ from ..errors import DTypeError, ShapeError
 from .tensor import Scalar, Tensor, as_tensor
 
 __all__ = [
-    "arange", "eye", "full", "full_like", "key", "linspace", "manual_seed", "ones", "ones_like",
-    "rand", "randn", "split_key", "tensor", "zeros", "zeros_like",
+    "arange", "empty", "empty_like", "eye", "full", "full_like", "key", "linspace",
+    "manual_seed", "ones", "ones_like", "rand", "randn", "split_key", "tensor", "zeros",
+    "zeros_like",
 ]
 
 ShapeLike = int | Sequence[int]
@@ -33,23 +34,43 @@ def _shape(shape: ShapeLike | tuple[Any, ...]) -> tuple[int, ...]:
     return out
 
 
-def tensor(data: Any, dtype: Any = None) -> Tensor:
+def _grad(t: Tensor, requires_grad: bool) -> Tensor:
+    """`t`, marked as a leaf requiring grad when asked (PyTorch's ``requires_grad=``)."""
+    if requires_grad:
+        t = t.detach() if t.requires_grad else t
+        t.requires_grad = True
+    return t
+
+
+def tensor(data: Any, dtype: Any = None, *, requires_grad: bool = False) -> Tensor:
     """A tensor holding a copy of `data` (nested lists, scalars, arrays or tensors).
 
     Python floats default to float32 and ints to int32 (DESIGN §3); numpy arrays keep their dtype.
+
+    Args:
+        data: the values.
+        dtype: convert to this dtype.
+        requires_grad: make it a leaf that records operations for `backward`.
     """
     if isinstance(data, Tensor):
-        return data if dtype is None else data.astype(dtype)
+        out = data if dtype is None else data.astype(dtype)
+        return _grad(out.detach() if requires_grad else out, requires_grad)
     if isinstance(data, np.ndarray):
         data = data.copy()
-    return as_tensor(data, None if dtype is None else dt.as_dtype(dtype))
+    return _grad(as_tensor(data, None if dtype is None else dt.as_dtype(dtype), fn="tensor",
+                           arg="data"), requires_grad)
 
 
-def full(shape: ShapeLike, value: Scalar, dtype: Any = None) -> Tensor:
+def full(shape: ShapeLike, value: Scalar, dtype: Any = None, *,
+         requires_grad: bool = False) -> Tensor:
     """A tensor of `shape` filled with `value`.
 
     It is a broadcast constant: nothing is allocated until it is realized.
     """
+    return _grad(_full(shape, value, dtype), requires_grad)
+
+
+def _full(shape: ShapeLike, value: Scalar, dtype: Any = None) -> Tensor:
     target = dt.as_dtype(dtype) if dtype is not None else dt.result_type(value)
     scalar = Tensor._apply("constant", value=np.asarray(value).astype(target.np))
     dims = _shape(shape)
@@ -58,34 +79,49 @@ def full(shape: ShapeLike, value: Scalar, dtype: Any = None) -> Tensor:
     return Tensor._apply("broadcast_in_dim", scalar, shape=dims, dims=())
 
 
-def zeros(*shape: Any, dtype: Any = None) -> Tensor:
-    """Zeros of `shape` (float32 unless `dtype`)."""
-    return full(_shape(shape), 0, dtype or dt.default_float)
+def zeros(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Zeros of `shape` (float32 unless `dtype`); ``zeros(2, 3)`` or ``zeros((2, 3))``."""
+    return full(_shape(shape), 0, dtype or dt.default_float, requires_grad=requires_grad)
 
 
-def ones(*shape: Any, dtype: Any = None) -> Tensor:
+def ones(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """Ones of `shape` (float32 unless `dtype`)."""
-    return full(_shape(shape), 1, dtype or dt.default_float)
+    return full(_shape(shape), 1, dtype or dt.default_float, requires_grad=requires_grad)
 
 
-def full_like(x: Tensor, value: Scalar, dtype: Any = None) -> Tensor:
+def empty(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A tensor of `shape` whose values the caller will overwrite (zeros here, lazily)."""
+    return zeros(*shape, dtype=dtype, requires_grad=requires_grad)
+
+
+def full_like(x: Tensor, value: Scalar, dtype: Any = None, *,
+              requires_grad: bool = False) -> Tensor:
     """`full` with the shape (and dtype, unless given) of `x`."""
-    return full(x.shape, value, dtype or x.dtype)
+    return full(x.shape, value, dtype or x.dtype, requires_grad=requires_grad)
 
 
-def zeros_like(x: Tensor, dtype: Any = None) -> Tensor:
+def zeros_like(x: Tensor, dtype: Any = None, *, requires_grad: bool = False) -> Tensor:
     """Zeros shaped like `x`."""
-    return full_like(x, 0, dtype)
+    return full_like(x, 0, dtype, requires_grad=requires_grad)
 
 
-def ones_like(x: Tensor, dtype: Any = None) -> Tensor:
+def ones_like(x: Tensor, dtype: Any = None, *, requires_grad: bool = False) -> Tensor:
     """Ones shaped like `x`."""
-    return full_like(x, 1, dtype)
+    return full_like(x, 1, dtype, requires_grad=requires_grad)
+
+
+def empty_like(x: Tensor, dtype: Any = None, *, requires_grad: bool = False) -> Tensor:
+    """`empty` shaped like `x`."""
+    return full_like(x, 0, dtype, requires_grad=requires_grad)
 
 
 def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
-           dtype: Any = None) -> Tensor:
+           dtype: Any = None, *, requires_grad: bool = False) -> Tensor:
     """Values ``start, start+step, ...`` below `stop`, as `numpy.arange` (int32/float32 default)."""
+    return _grad(_arange(start, stop, step, dtype), requires_grad)
+
+
+def _arange(start: Scalar, stop: Scalar | None, step: Scalar, dtype: Any) -> Tensor:
     if stop is None:
         start, stop = 0, start
     if step == 0:
@@ -99,8 +135,16 @@ def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
     return index * step + start if target.is_floating else (index * int(step) + int(start))
 
 
-def linspace(start: float, stop: float, num: int = 50, dtype: Any = None) -> Tensor:
-    """`num` evenly spaced values from `start` to `stop` inclusive."""
+def linspace(start: float, stop: float, num: int = 50, dtype: Any = None, *,
+             endpoint: bool = True, requires_grad: bool = False) -> Tensor:
+    """`num` evenly spaced values from `start` to `stop` (inclusive unless not `endpoint`)."""
+    if not endpoint:
+        step = (stop - start) / num if num else 0.0
+        return _grad(_linspace(start, stop - step, num, dtype), requires_grad)
+    return _grad(_linspace(start, stop, num, dtype), requires_grad)
+
+
+def _linspace(start: float, stop: float, num: int, dtype: Any) -> Tensor:
     target = dt.as_dtype(dtype) if dtype is not None else dt.default_float
     if num < 0:
         raise ShapeError(f"linspace: num must be non-negative (got {num})")
@@ -112,8 +156,13 @@ def linspace(start: float, stop: float, num: int = 50, dtype: Any = None) -> Ten
     return (index * step + start).astype(target)
 
 
-def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None) -> Tensor:
+def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None, *,
+        requires_grad: bool = False) -> Tensor:
     """Identity-like matrix with ones on diagonal `k`."""
+    return _grad(_eye(n, m, k, dtype), requires_grad)
+
+
+def _eye(n: int, m: int | None, k: int, dtype: Any) -> Tensor:
     cols = n if m is None else m
     rows_i = Tensor._apply("iota", shape=(n, cols), dimension=0, dtype=dt.int32)
     cols_i = Tensor._apply("iota", shape=(n, cols), dimension=1, dtype=dt.int32)
@@ -167,12 +216,12 @@ def _random(distribution: str, shape: tuple[int, ...], seed: int | None, key_: T
 
 
 def rand(*shape: Any, seed: int | None = None, key: Tensor | None = None,
-         dtype: Any = None) -> Tensor:
+         dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform values in [0, 1) from a counter-based generator (`seed` or `key`)."""
-    return _random("uniform", _shape(shape), seed, key, dtype)
+    return _grad(_random("uniform", _shape(shape), seed, key, dtype), requires_grad)
 
 
 def randn(*shape: Any, seed: int | None = None, key: Tensor | None = None,
-          dtype: DType | str | None = None) -> Tensor:
+          dtype: DType | str | None = None, requires_grad: bool = False) -> Tensor:
     """Standard normal values from a counter-based generator (`seed` or `key`)."""
-    return _random("normal", _shape(shape), seed, key, dtype)
+    return _grad(_random("normal", _shape(shape), seed, key, dtype), requires_grad)

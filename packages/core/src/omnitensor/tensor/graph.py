@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.contract import Backend
+from ..backend.registry import scoped_backend
 from ..errors import OmnitensorError
 from ..ir.builder import Builder, infer_types, normalize_attrs
 from ..ir.opdef import get_op
@@ -41,7 +42,10 @@ class Node:
         types: result types.
         buffers: backend buffers once realized (leaf), one per result.
         host: host arrays of a leaf that has not been uploaded to a backend yet.
-        backend: the backend holding `buffers`, or None while the node is not bound to one.
+        backend: the backend holding `buffers` (or, for an op, the one its operands belong
+            to or the ``use_backend`` scope it was recorded in); None while it has none.
+        home: for a host leaf, the ``use_backend`` scope it was created in (its upload goes
+            there), else None.
         role: the function-input role this leaf takes when captured.
         name: a human name for dumps (parameter names).
         placeholder: index of the traced argument this leaf stands for (inside `compile`).
@@ -50,8 +54,8 @@ class Node:
         deleted: set when the buffer was donated to a compiled call.
     """
 
-    __slots__ = ("attrs", "backend", "buffers", "deleted", "host", "inputs", "name", "op",
-                 "placeholder", "role", "types", "version", "__weakref__")
+    __slots__ = ("attrs", "backend", "buffers", "deleted", "home", "host", "inputs", "name",
+                 "op", "placeholder", "role", "types", "version", "__weakref__")
 
     def __init__(self, op: str | None, inputs: tuple[Ref, ...], attrs: dict[str, Any],
                  types: tuple[Type, ...], backend: Backend | None = None) -> None:
@@ -62,11 +66,17 @@ class Node:
         self.backend = backend
         self.buffers: list[Any] | None = None
         self.host: list[np.ndarray[Any, Any]] | None = None
+        self.home: Backend | None = None
         self.role = Role.DATA
         self.name = ""
         self.placeholder: int | None = None
         self.version = next(_versions)
         self.deleted = False
+
+    @property
+    def owner(self) -> Backend | None:
+        """The backend this value belongs to (where it is or will be computed), if any."""
+        return self.backend if self.backend is not None else self.home
 
     @property
     def is_leaf(self) -> bool:
@@ -78,6 +88,7 @@ class Node:
         """A leaf holding a host array (uploaded to a backend when first used there)."""
         node = cls(None, (), {}, (type,))
         node.host = [array]
+        node.home = scoped_backend()
         return node
 
     @classmethod
@@ -105,15 +116,17 @@ def common_backend(refs: Sequence[Ref], op: str) -> Backend | None:
     """
     found: Backend | None = None
     for node, _ in refs:
-        if node.backend is not None:
-            if found is not None and node.backend is not found:
+        owner = node.owner
+        if owner is not None:
+            if found is not None and owner is not found:
                 raise OmnitensorError(
-                    f"{op}: operands live on two backends ({found.name!r} and "
-                    f"{node.backend.name!r}); move one with .to(backend)",
+                    f"{op}: operands belong to two backends ({found.name!r} and "
+                    f"{owner.name!r}); move one with .to({found.name!r}) or "
+                    f".to({owner.name!r})",
                     op=op,
-                    backend=node.backend.name,
+                    backend=owner.name,
                 )
-            found = node.backend
+            found = owner
     return found
 
 
@@ -123,7 +136,7 @@ def record(op: str, inputs: Sequence[Ref], attrs: dict[str, Any]) -> Node:
     full = opdef.attr_defaults(normalize_attrs(attrs))
     types = infer_types(opdef, [n.types[i] for n, i in inputs], full)
     backend = common_backend(inputs, op)
-    return Node(op, tuple(inputs), full, types, backend)
+    return Node(op, tuple(inputs), full, types, backend or scoped_backend())
 
 
 @dataclass

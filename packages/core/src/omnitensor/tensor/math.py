@@ -1,16 +1,17 @@
-"""Tensor arithmetic: broadcasting, promotion, operators, reductions, matmul, movement.
+"""Elementwise tensor math: broadcasting, promotion, operators and the elementwise functions.
 
-Everything here lowers to PTIR primitives through `Tensor._apply`; broadcasting and dtype
-promotion (weak Python scalars, DESIGN §3) are made explicit in the recorded graph.
+Each function here takes tensors (or values `as_tensor` converts) and lowers to PTIR primitives
+through `Tensor._apply`; broadcasting and dtype promotion (weak Python scalars, DESIGN §3) are
+explicit in the recorded graph. The same functions are `Tensor`'s operators and methods, the
+top-level ``omnitensor.exp``-style API and the Array API namespace's (`omnitensor.array_api`).
+Reductions live in `reduce`, shape manipulation in `shape`, matmul and einsum in `linalg`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .. import dtypes as dt
 from ..dtypes import DType
@@ -20,7 +21,14 @@ if TYPE_CHECKING:
     from .tensor import Tensor, TensorLike
 
 __all__ = [
-    "broadcast_shapes", "broadcast_to", "concatenate", "maximum", "minimum", "stack", "where",
+    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+    "bitwise_invert", "bitwise_or", "bitwise_xor", "broadcast_shapes", "ceil", "clip", "cos",
+    "cosh", "divide", "equal", "erf", "exp", "expm1", "floor", "floor_divide", "greater",
+    "greater_equal", "hypot", "isfinite", "isinf", "isnan", "less", "less_equal", "log", "log1p",
+    "log2", "log10", "logaddexp", "logical_and", "logical_not", "logical_or", "logical_xor",
+    "maximum", "minimum", "multiply", "negative", "not_equal", "positive", "pow", "reciprocal",
+    "remainder", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "square", "subtract",
+    "tan", "tanh", "trunc", "where",
 ]
 
 
@@ -30,7 +38,7 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     Raises:
         ShapeError: ``"<op>: cannot broadcast (2, 3) with (4,)"``.
     """
-    ndim = max(len(s) for s in shapes)
+    ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for shape in shapes:
         for i, d in enumerate(shape, start=ndim - len(shape)):
@@ -42,42 +50,39 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
-    """`x` broadcast to `shape` (NumPy rules); a view where the backend allows."""
-    shape = tuple(shape)
-    if x.shape == shape:
-        return x
-    broadcast_shapes("broadcast_to", x.shape, shape)
-    if len(shape) < x.ndim:
-        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
-    offset = len(shape) - x.ndim
-    if broadcast_shapes("broadcast_to", x.shape, shape) != shape:
-        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
-    return x._view_or_apply(
-        "broadcast_in_dim", shape=shape, dims=tuple(range(offset, offset + x.ndim))
-    )
-
-
 def _operands(op: str, values: Sequence[TensorLike], dtype: DType | None = None
               ) -> list[Tensor]:
-    """Promote and broadcast a mix of tensors and Python scalars to one dtype and shape."""
+    """Promote and broadcast a mix of tensors, arrays and Python scalars to one dtype and shape."""
     from .creation import full
     from .tensor import Tensor, as_tensor
 
-    target = dtype or dt.result_type(*values)
-    tensors = [v for v in values if isinstance(v, Tensor)]
+    converted: list[Tensor | bool | int | float] = []
+    for i, v in enumerate(values):
+        if isinstance(v, (Tensor, bool, int, float)):
+            converted.append(v)
+        else:
+            converted.append(as_tensor(v, fn=op, arg=("x1", "x2", "x3")[min(i, 2)]))
+    target = dtype or dt.result_type(*converted)
+    tensors = [v for v in converted if isinstance(v, Tensor)]
     shape = broadcast_shapes(op, *(t.shape for t in tensors)) if tensors else ()
     out = []
-    for v in values:
-        if isinstance(v, Tensor):
-            t = v.astype(target)
-        elif isinstance(v, (bool, int, float)):
-            t = full((), v, dtype=target)
-        else:
-            t = as_tensor(v).astype(target)
-            shape = broadcast_shapes(op, shape, t.shape)
-        out.append(t)
+    for v in converted:
+        out.append(v.astype(target) if isinstance(v, Tensor) else full((), v, dtype=target))
     return [broadcast_to(t, shape) for t in out]
+
+
+def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """`x` broadcast to `shape` (NumPy rules); a view where the backend allows."""
+    shape = tuple(int(d) for d in shape)
+    if x.shape == shape:
+        return x
+    if len(shape) < x.ndim or broadcast_shapes("broadcast_to", x.shape, shape) != shape:
+        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}",
+                         op="broadcast_to", shapes=[x.shape, shape])
+    offset = len(shape) - x.ndim
+    return x._view_or_apply(
+        "broadcast_in_dim", shape=shape, dims=tuple(range(offset, offset + x.ndim))
+    )
 
 
 def binary(op: str, lhs: TensorLike, rhs: TensorLike, dtype: DType | None = None) -> Tensor:
@@ -93,426 +98,507 @@ def unary(op: str, x: TensorLike) -> Tensor:
     from ..ir.opdef import get_op
     from .tensor import Tensor, as_tensor
 
-    t = as_tensor(x)
+    t = as_tensor(x, fn=op, arg="x")
     allowed = get_op(op).dtypes
     if t.dtype not in allowed and dt.default_float in allowed and not t.dtype.is_floating:
         t = t.astype(dt.default_float)
     return Tensor._apply(op, t)
 
 
-def where(cond: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
-    """`x` where `cond` else `y`, broadcasting all three."""
+def _float(fn: str, x: TensorLike) -> Tensor:
+    """`x` as a floating tensor (integers and bools convert to the default float)."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn=fn, arg="x")
+    return t if t.dtype.is_floating else t.astype(dt.default_float)
+
+
+# --- arithmetic ---------------------------------------------------------------------------------
+
+
+def add(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 + x2 (broadcast, promoted)."""
+    return binary("add", x1, x2)
+
+
+def subtract(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 - x2."""
+    return binary("sub", x1, x2)
+
+
+def multiply(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 * x2."""
+    return binary("mul", x1, x2)
+
+
+def divide(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """True division x1 / x2; integer operands give the default float dtype."""
+    target = dt.result_type(x1, x2)
+    if not target.is_floating:
+        target = dt.default_float
+    return binary("div", x1, x2, dtype=target)
+
+
+def floor_divide(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """floor(x1 / x2), rounding toward negative infinity like Python's ``//``."""
+    target = dt.result_type(x1, x2)
+    if target.is_floating:
+        return unary("floor", binary("div", x1, x2))
+    a, b = _operands("floor_divide", [x1, x2])
+    q = binary("div", a, b)
+    adjust = not_equal(binary("rem", a, b), 0) & not_equal(less(a, 0), less(b, 0))
+    return q - adjust.astype(target)
+
+
+def remainder(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 mod x2 with the sign of x2, like Python's ``%``."""
+    a, b = _operands("remainder", [x1, x2])
+    r = binary("rem", a, b)
+    return where(not_equal(r, 0) & not_equal(less(r, 0), less(b, 0)), r + b, r)
+
+
+def pow(x1: TensorLike, x2: TensorLike) -> Tensor:  # noqa: A001 (the Array API's name)
+    """x1 ** x2."""
+    return binary("pow", x1, x2)
+
+
+def maximum(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """Elementwise maximum (NaN propagates)."""
+    return binary("max", x1, x2)
+
+
+def minimum(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """Elementwise minimum (NaN propagates)."""
+    return binary("min", x1, x2)
+
+
+def atan2(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """The angle of the point (x2, x1), in radians."""
+    target = dt.result_type(x1, x2)
+    return binary("atan2", x1, x2, dtype=target if target.is_floating else dt.default_float)
+
+
+def hypot(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """sqrt(x1**2 + x2**2)."""
+    a, b = _operands("hypot", [x1, x2])
+    return sqrt(a * a + b * b)
+
+
+def logaddexp(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """log(exp(x1) + exp(x2)), computed without overflow."""
+    a, b = _operands("logaddexp", [x1, x2])
+    hi = maximum(a, b)
+    finite = where(isinf(hi), 0.0, hi)
+    return finite + log(exp(a - finite) + exp(b - finite))
+
+
+def negative(x: TensorLike) -> Tensor:
+    """-x."""
+    return unary("neg", x)
+
+
+def positive(x: TensorLike) -> Tensor:
+    """+x (the same value)."""
+    from .tensor import as_tensor
+
+    return as_tensor(x, fn="positive", arg="x")
+
+
+def abs(x: TensorLike) -> Tensor:  # noqa: A001 (NumPy's name)
+    """|x|."""
+    return unary("abs", x)
+
+
+def sign(x: TensorLike) -> Tensor:
+    """-1, 0 or 1 by the sign of x (NaN stays NaN)."""
+    return unary("sign", x)
+
+
+def square(x: TensorLike) -> Tensor:
+    """The square of each element (``x * x``)."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn="square", arg="x")
+    return t * t
+
+
+def reciprocal(x: TensorLike) -> Tensor:
+    """1 / x."""
+    return divide(1.0, x)
+
+
+def clip(x: TensorLike, min: TensorLike | None = None,  # noqa: A002 (NumPy's names)
+         max: TensorLike | None = None) -> Tensor:  # noqa: A002
+    """Clamp into [min, max] (either may be None); the result keeps x's dtype."""
+    from .tensor import as_tensor
+
+    out = as_tensor(x, fn="clip", arg="x")
+    if min is not None:
+        out = binary("max", out, min, dtype=out.dtype)
+    if max is not None:
+        out = binary("min", out, max, dtype=out.dtype)
+    return out
+
+
+# --- exponentials, logarithms, powers -----------------------------------------------------------
+
+
+def exp(x: TensorLike) -> Tensor:
+    """e**x."""
+    return unary("exp", x)
+
+
+def expm1(x: TensorLike) -> Tensor:
+    """e**x - 1, accurate for small x."""
+    return unary("expm1", x)
+
+
+def log(x: TensorLike) -> Tensor:
+    """Natural logarithm."""
+    return unary("log", x)
+
+
+def log1p(x: TensorLike) -> Tensor:
+    """log(1 + x), accurate for small x."""
+    return unary("log1p", x)
+
+
+def log2(x: TensorLike) -> Tensor:
+    """Base-2 logarithm."""
+    return log(x) * (1.0 / math.log(2.0))
+
+
+def log10(x: TensorLike) -> Tensor:
+    """Base-10 logarithm."""
+    return log(x) * (1.0 / math.log(10.0))
+
+
+def sqrt(x: TensorLike) -> Tensor:
+    """Square root."""
+    return unary("sqrt", x)
+
+
+def rsqrt(x: TensorLike) -> Tensor:
+    """1 / sqrt(x)."""
+    return unary("rsqrt", x)
+
+
+# --- trigonometric and hyperbolic ---------------------------------------------------------------
+
+
+def sin(x: TensorLike) -> Tensor:
+    """Sine (radians)."""
+    return unary("sin", x)
+
+
+def cos(x: TensorLike) -> Tensor:
+    """Cosine (radians)."""
+    return unary("cos", x)
+
+
+def tan(x: TensorLike) -> Tensor:
+    """Tangent (radians)."""
+    t = _float("tan", x)
+    return sin(t) / cos(t)
+
+
+def asin(x: TensorLike) -> Tensor:
+    """Inverse sine, in [-pi/2, pi/2]."""
+    t = _float("asin", x)
+    return atan2(t, sqrt((1.0 - t) * (1.0 + t)))
+
+
+def acos(x: TensorLike) -> Tensor:
+    """Inverse cosine, in [0, pi]."""
+    t = _float("acos", x)
+    return atan2(sqrt((1.0 - t) * (1.0 + t)), t)
+
+
+def atan(x: TensorLike) -> Tensor:
+    """Inverse tangent, in [-pi/2, pi/2]."""
+    t = _float("atan", x)
+    return atan2(t, 1.0)
+
+
+def tanh(x: TensorLike) -> Tensor:
+    """Hyperbolic tangent."""
+    return unary("tanh", x)
+
+
+def sinh(x: TensorLike) -> Tensor:
+    """Hyperbolic sine."""
+    t = _float("sinh", x)
+    # NOTE: (e^x - e^-x) / 2 through expm1 keeps small |x| accurate
+    return (expm1(t) - expm1(-t)) * 0.5
+
+
+def cosh(x: TensorLike) -> Tensor:
+    """Hyperbolic cosine."""
+    t = _float("cosh", x)
+    return (exp(t) + exp(-t)) * 0.5
+
+
+def asinh(x: TensorLike) -> Tensor:
+    """Inverse hyperbolic sine."""
+    t = _float("asinh", x)
+    a = abs(t)
+    return sign(t) * log1p(a + a * a / (1.0 + sqrt(1.0 + a * a)))
+
+
+def acosh(x: TensorLike) -> Tensor:
+    """Inverse hyperbolic cosine (x >= 1)."""
+    t = _float("acosh", x)
+    return log(t + sqrt((t - 1.0) * (t + 1.0)))
+
+
+def atanh(x: TensorLike) -> Tensor:
+    """Inverse hyperbolic tangent (|x| < 1)."""
+    t = _float("atanh", x)
+    return 0.5 * (log1p(t) - log1p(-t))
+
+
+def sigmoid(x: TensorLike) -> Tensor:
+    """Logistic sigmoid 1 / (1 + e**-x)."""
+    return unary("logistic", x)
+
+
+def erf(x: TensorLike) -> Tensor:
+    """The error function."""
+    return unary("erf", x)
+
+
+# --- rounding -----------------------------------------------------------------------------------
+
+
+def _rounding(op: str, x: TensorLike) -> Tensor:
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn=op, arg="x")
+    return t if not t.dtype.is_floating else unary(op, t)  # integers are already whole
+
+
+def floor(x: TensorLike) -> Tensor:
+    """Largest integer value not above x (integers unchanged)."""
+    return _rounding("floor", x)
+
+
+def ceil(x: TensorLike) -> Tensor:
+    """Smallest integer value not below x (integers unchanged)."""
+    return _rounding("ceil", x)
+
+
+def round(x: TensorLike) -> Tensor:  # noqa: A001 (NumPy's name)
+    """Round half to even (integers unchanged)."""
+    return _rounding("round", x)
+
+
+def trunc(x: TensorLike) -> Tensor:
+    """Round toward zero (integers unchanged)."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn="trunc", arg="x")
+    if not t.dtype.is_floating:
+        return t
+    return where(less(t, 0), unary("ceil", t), unary("floor", t))
+
+
+# --- comparison and logic -----------------------------------------------------------------------
+
+
+def equal(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 == x2 (bool)."""
+    return binary("eq", x1, x2)
+
+
+def not_equal(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 != x2 (bool)."""
+    return binary("ne", x1, x2)
+
+
+def less(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 < x2 (bool)."""
+    return binary("lt", x1, x2)
+
+
+def less_equal(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 <= x2 (bool)."""
+    return binary("le", x1, x2)
+
+
+def greater(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 > x2 (bool)."""
+    return binary("gt", x1, x2)
+
+
+def greater_equal(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 >= x2 (bool)."""
+    return binary("ge", x1, x2)
+
+
+def isnan(x: TensorLike) -> Tensor:
+    """True where x is NaN."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn="isnan", arg="x")
+    return not_equal(t, t)
+
+
+def isinf(x: TensorLike) -> Tensor:
+    """True where x is +inf or -inf."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn="isinf", arg="x")
+    if not t.dtype.is_floating:
+        return not_equal(t, t)  # all False, same shape
+    return equal(abs(t), math.inf)
+
+
+def isfinite(x: TensorLike) -> Tensor:
+    """True where x is neither NaN nor infinite."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn="isfinite", arg="x")
+    if not t.dtype.is_floating:
+        return equal(t, t)
+    return less(abs(t), math.inf)
+
+
+def _bool(fn: str, x: TensorLike) -> Tensor:
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn=fn, arg="x")
+    return t if t.dtype.is_bool else not_equal(t, 0)
+
+
+def logical_and(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 and x2, elementwise (non-bool operands count nonzero as True)."""
+    return binary("and", _bool("logical_and", x1), _bool("logical_and", x2))
+
+
+def logical_or(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 or x2, elementwise."""
+    return binary("or", _bool("logical_or", x1), _bool("logical_or", x2))
+
+
+def logical_xor(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """x1 xor x2, elementwise."""
+    return binary("xor", _bool("logical_xor", x1), _bool("logical_xor", x2))
+
+
+def logical_not(x: TensorLike) -> Tensor:
+    """Logical negation, elementwise."""
+    return unary("not", _bool("logical_not", x))
+
+
+def _bitwise(fn: str, op: str, x1: TensorLike, x2: TensorLike) -> Tensor:
+    target = dt.result_type(x1, x2)
+    if target.is_floating:
+        raise DTypeError(f"{fn}: needs integer or bool operands (got {target}); convert with "
+                         "astype first", op=fn, dtype=str(target))
+    return binary(op, x1, x2)
+
+
+def bitwise_and(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """Bitwise and of integers or bools."""
+    return _bitwise("bitwise_and", "and", x1, x2)
+
+
+def bitwise_or(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """Bitwise or of integers or bools."""
+    return _bitwise("bitwise_or", "or", x1, x2)
+
+
+def bitwise_xor(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """Bitwise xor of integers or bools."""
+    return _bitwise("bitwise_xor", "xor", x1, x2)
+
+
+def bitwise_invert(x: TensorLike) -> Tensor:
+    """Bitwise not of integers or bools (``~x``)."""
+    from .tensor import as_tensor
+
+    t = as_tensor(x, fn="bitwise_invert", arg="x")
+    if t.dtype.is_floating:
+        raise DTypeError(f"bitwise_invert: needs an integer or bool tensor (got {t.dtype})",
+                         op="bitwise_invert", dtype=str(t.dtype))
+    return unary("not", t)
+
+
+def where(condition: TensorLike, x1: TensorLike, x2: TensorLike) -> Tensor:
+    """`x1` where `condition` else `x2`, broadcasting all three."""
     from .tensor import Tensor, as_tensor
 
-    c = as_tensor(cond)
+    c = as_tensor(condition, fn="where", arg="condition")
     if not c.dtype.is_bool:
         c = c.astype(dt.bool_)
-    a, b = _operands("select", [x, y])
-    shape = broadcast_shapes("select", c.shape, a.shape)
+    a, b = _operands("where", [x1, x2])
+    shape = broadcast_shapes("where", c.shape, a.shape)
     return Tensor._apply("select", broadcast_to(c, shape), broadcast_to(a, shape),
                          broadcast_to(b, shape))
 
 
-def maximum(x: TensorLike, y: TensorLike) -> Tensor:
-    """Elementwise maximum (NaN propagates)."""
-    return binary("max", x, y)
+# --- operator forms (Tensor's reflected operators) ----------------------------------------------
 
 
-def minimum(x: TensorLike, y: TensorLike) -> Tensor:
-    """Elementwise minimum (NaN propagates)."""
-    return binary("min", x, y)
+def _radd(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("add", other, x)
 
 
-def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join tensors along an existing axis (dtypes promoted)."""
-    from .tensor import Tensor
+def _rsub(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("sub", other, x)
 
-    if not tensors:
-        raise ShapeError("concatenate: needs at least one tensor")
-    target = dt.result_type(*tensors)
-    axis = _axis("concatenate", axis, tensors[0].ndim)
-    return Tensor._apply("concatenate", *(t.astype(target) for t in tensors), axis=axis)
 
+def _rmul(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("mul", other, x)
 
-def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join tensors along a new axis."""
-    if not tensors:
-        raise ShapeError("stack: needs at least one tensor")
-    axis = _axis("stack", axis, tensors[0].ndim + 1)
-    return concatenate([t.unsqueeze(axis) for t in tensors], axis=axis)
 
+def _rtruediv(x: Tensor, other: TensorLike) -> Tensor:
+    return divide(other, x)
 
-def _axis(op: str, axis: int, ndim: int) -> int:
-    if not -max(ndim, 1) <= axis < max(ndim, 1):
-        raise ShapeError(f"{op}: axis {axis} is out of range for rank {ndim}", op=op)
-    return axis % max(ndim, 1)
 
+def _rfloordiv(x: Tensor, other: TensorLike) -> Tensor:
+    return floor_divide(other, x)
 
-def _axes(op: str, axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    out = tuple(sorted(_axis(op, a, ndim) for a in axes))
-    if len(set(out)) != len(out):
-        raise ShapeError(f"{op}: repeated axis in {axes}", op=op)
-    return out
 
+def _rmod(x: Tensor, other: TensorLike) -> Tensor:
+    return remainder(other, x)
 
-class TensorMath:
-    """Arithmetic, reductions and movement methods of `Tensor` (mixed into it)."""
 
-    __slots__ = ()
+def _rpow(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("pow", other, x)
 
-    # --- operators ------------------------------------------------------------------------------
 
-    def __add__(self, other: TensorLike) -> Tensor:
-        return binary("add", self, other)  # type: ignore[arg-type]
+def _rand(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("and", other, x)
 
-    def __radd__(self, other: TensorLike) -> Tensor:
-        return binary("add", other, self)  # type: ignore[arg-type]
 
-    def __sub__(self, other: TensorLike) -> Tensor:
-        return binary("sub", self, other)  # type: ignore[arg-type]
+def _ror(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("or", other, x)
 
-    def __rsub__(self, other: TensorLike) -> Tensor:
-        return binary("sub", other, self)  # type: ignore[arg-type]
 
-    def __mul__(self, other: TensorLike) -> Tensor:
-        return binary("mul", self, other)  # type: ignore[arg-type]
+def _rxor(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("xor", other, x)
 
-    def __rmul__(self, other: TensorLike) -> Tensor:
-        return binary("mul", other, self)  # type: ignore[arg-type]
 
-    def __truediv__(self, other: TensorLike) -> Tensor:
-        return _true_divide(self, other)  # type: ignore[arg-type]
+def _and(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("and", x, other)
 
-    def __rtruediv__(self, other: TensorLike) -> Tensor:
-        return _true_divide(other, self)  # type: ignore[arg-type]
 
-    def __floordiv__(self, other: TensorLike) -> Tensor:
-        return _floor_divide(self, other)  # type: ignore[arg-type]
+def _or(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("or", x, other)
 
-    def __rfloordiv__(self, other: TensorLike) -> Tensor:
-        return _floor_divide(other, self)  # type: ignore[arg-type]
 
-    def __mod__(self, other: TensorLike) -> Tensor:
-        return _floor_mod(self, other)  # type: ignore[arg-type]
+def _xor(x: Tensor, other: TensorLike) -> Tensor:
+    return binary("xor", x, other)
 
-    def __pow__(self, other: TensorLike) -> Tensor:
-        return binary("pow", self, other)  # type: ignore[arg-type]
 
-    def __rpow__(self, other: TensorLike) -> Tensor:
-        return binary("pow", other, self)  # type: ignore[arg-type]
+def _invert(x: Tensor) -> Tensor:
+    return unary("not", x)
 
-    def __matmul__(self, other: Tensor) -> Tensor:
-        return matmul(self, other)  # type: ignore[arg-type]
 
-    def __rmatmul__(self, other: Tensor) -> Tensor:
-        return matmul(other, self)  # type: ignore[arg-type]
+def _eq(x: Tensor, other: object) -> Tensor:
+    return binary("eq", x, other)  # type: ignore[arg-type]  # object: Python's == contract
 
-    def __neg__(self) -> Tensor:
-        return unary("neg", self)  # type: ignore[arg-type]
 
-    def __pos__(self) -> Tensor:
-        return self  # type: ignore[return-value]
-
-    def __abs__(self) -> Tensor:
-        return unary("abs", self)  # type: ignore[arg-type]
-
-    def __invert__(self) -> Tensor:
-        return unary("not", self)  # type: ignore[arg-type]
-
-    def __and__(self, other: TensorLike) -> Tensor:
-        return binary("and", self, other)  # type: ignore[arg-type]
-
-    def __or__(self, other: TensorLike) -> Tensor:
-        return binary("or", self, other)  # type: ignore[arg-type]
-
-    def __xor__(self, other: TensorLike) -> Tensor:
-        return binary("xor", self, other)  # type: ignore[arg-type]
-
-    def __lt__(self, other: TensorLike) -> Tensor:
-        return binary("lt", self, other)  # type: ignore[arg-type]
-
-    def __le__(self, other: TensorLike) -> Tensor:
-        return binary("le", self, other)  # type: ignore[arg-type]
-
-    def __gt__(self, other: TensorLike) -> Tensor:
-        return binary("gt", self, other)  # type: ignore[arg-type]
-
-    def __ge__(self, other: TensorLike) -> Tensor:
-        return binary("ge", self, other)  # type: ignore[arg-type]
-
-    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
-        return binary("eq", self, other)  # type: ignore[arg-type]
-
-    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
-        return binary("ne", self, other)  # type: ignore[arg-type]
-
-    # --- elementwise methods --------------------------------------------------------------------
-
-    def exp(self) -> Tensor:
-        """e**x."""
-        return unary("exp", self)  # type: ignore[arg-type]
-
-    def log(self) -> Tensor:
-        """Natural logarithm."""
-        return unary("log", self)  # type: ignore[arg-type]
-
-    def sqrt(self) -> Tensor:
-        """Square root."""
-        return unary("sqrt", self)  # type: ignore[arg-type]
-
-    def tanh(self) -> Tensor:
-        """Hyperbolic tangent."""
-        return unary("tanh", self)  # type: ignore[arg-type]
-
-    def sigmoid(self) -> Tensor:
-        """Logistic sigmoid."""
-        return unary("logistic", self)  # type: ignore[arg-type]
-
-    def abs(self) -> Tensor:
-        """|x|."""
-        return unary("abs", self)  # type: ignore[arg-type]
-
-    def clip(self, lo: TensorLike | None = None, hi: TensorLike | None = None) -> Tensor:
-        """Clamp into [lo, hi] (either may be None)."""
-        out: Tensor = self  # type: ignore[assignment]
-        if lo is not None:
-            out = maximum(out, lo)
-        if hi is not None:
-            out = minimum(out, hi)
-        return out
-
-    # --- reductions -----------------------------------------------------------------------------
-
-    def _reduce(self, op: str, axis: int | Sequence[int] | None, keepdims: bool) -> Tensor:
-        from .tensor import Tensor
-
-        me: Tensor = self  # type: ignore[assignment]
-        axes = _axes(op, axis, me.ndim)
-        out = Tensor._apply(op, me, axes=axes)
-        if keepdims:
-            out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(me.shape)))
-        return out
-
-    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        """Sum over `axis` (all axes when None); bool sums count as int32."""
-        me: Tensor = self  # type: ignore[assignment]
-        if me.dtype.is_bool:
-            me = me.astype(dt.int32)
-        return me._reduce("reduce_sum", axis, keepdims)
-
-    def prod(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        """Product over `axis`."""
-        return self._reduce("reduce_prod", axis, keepdims)
-
-    def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        """Maximum over `axis` (NaN propagates)."""
-        return self._reduce("reduce_max", axis, keepdims)
-
-    def min(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        """Minimum over `axis` (NaN propagates)."""
-        return self._reduce("reduce_min", axis, keepdims)
-
-    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        """Arithmetic mean over `axis`; integers give the default float dtype."""
-        me: Tensor = self  # type: ignore[assignment]
-        if not me.dtype.is_floating:
-            me = me.astype(dt.default_float)
-        count = math.prod(me.shape[a] for a in _axes("mean", axis, me.ndim))
-        return me.sum(axis, keepdims) / float(count)
-
-    def var(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        """Population variance over `axis`."""
-        me: Tensor = self  # type: ignore[assignment]
-        centered = me - me.mean(axis, keepdims=True)
-        return (centered * centered).mean(axis, keepdims)
-
-    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        """Index (int32) of the maximum along `axis` (flattened when None)."""
-        return _arg("argmax", self, axis, keepdims)  # type: ignore[arg-type]
-
-    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        """Index (int32) of the minimum along `axis` (flattened when None)."""
-        return _arg("argmin", self, axis, keepdims)  # type: ignore[arg-type]
-
-    def cumsum(self, axis: int = 0) -> Tensor:
-        """Inclusive running sum along `axis`."""
-        from .tensor import Tensor
-
-        me: Tensor = self  # type: ignore[assignment]
-        return Tensor._apply("cumsum", me, axis=_axis("cumsum", axis, me.ndim))
-
-    # --- linear algebra -------------------------------------------------------------------------
-
-    def matmul(self, other: Tensor) -> Tensor:
-        """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims."""
-        return matmul(self, other)  # type: ignore[arg-type]
-
-    # --- movement -------------------------------------------------------------------------------
-
-    def reshape(self, *shape: Any) -> Tensor:
-        """The same elements in row-major order with a new shape (one -1 is inferred)."""
-        me: Tensor = self  # type: ignore[assignment]
-        dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        dims = _infer_reshape(me.shape, tuple(int(d) for d in dims))
-        if dims == me.shape:
-            return me
-        return me._view_or_apply("reshape", shape=dims)
-
-    def transpose(self, *perm: int | Sequence[int]) -> Tensor:
-        """Permute axes (reverse them when no permutation is given)."""
-        me: Tensor = self  # type: ignore[assignment]
-        first = perm[0] if len(perm) == 1 else None
-        order: tuple[Any, ...] = tuple(first) if isinstance(first, (tuple, list)) else perm
-        if not order:
-            order = tuple(reversed(range(me.ndim)))
-        order = tuple(_axis("transpose", a, me.ndim) for a in order)
-        if sorted(order) != list(range(me.ndim)):
-            raise ShapeError(f"transpose: {order} is not a permutation of {me.ndim} axes")
-        if order == tuple(range(me.ndim)):
-            return me
-        return me._view_or_apply("transpose", perm=order)
-
-    def permute(self, *perm: int | Sequence[int]) -> Tensor:
-        """Alias of `transpose` with an explicit permutation."""
-        return self.transpose(*perm)
-
-    @property
-    def T(self) -> Tensor:  # noqa: N802 (NumPy's name)
-        """Axes reversed."""
-        return self.transpose()
-
-    def expand(self, *shape: Any) -> Tensor:
-        """Broadcast to `shape` (-1 keeps a dimension), as a view where possible."""
-        me: Tensor = self  # type: ignore[assignment]
-        dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        offset = len(dims) - me.ndim
-        full_shape = tuple(
-            me.shape[i - offset] if d == -1 and i >= offset else int(d) for i, d in enumerate(dims)
-        )
-        return broadcast_to(me, full_shape)
-
-    def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor:
-        """Drop size-1 axes (all of them, or those in `axis`)."""
-        me: Tensor = self  # type: ignore[assignment]
-        axes = tuple(i for i, d in enumerate(me.shape) if d == 1) if axis is None else _axes(
-            "squeeze", axis, me.ndim)
-        for a in axes:
-            if me.shape[a] != 1:
-                raise ShapeError(f"squeeze: axis {a} has size {me.shape[a]} (expected 1)")
-        return me.reshape(tuple(d for i, d in enumerate(me.shape) if i not in axes))
-
-    def unsqueeze(self, axis: int) -> Tensor:
-        """Insert a size-1 axis at `axis`."""
-        me: Tensor = self  # type: ignore[assignment]
-        axis = _axis("unsqueeze", axis, me.ndim + 1)
-        return me.reshape(me.shape[:axis] + (1,) + me.shape[axis:])
-
-    def flip(self, axis: int | Sequence[int] | None = None) -> Tensor:
-        """Reverse the order of elements along `axis` (all axes when None)."""
-        me: Tensor = self  # type: ignore[assignment]
-        return me._view_or_apply("reverse", axes=_axes("flip", axis, me.ndim))
-
-    def narrow(self, axis: int, start: int, length: int) -> Tensor:
-        """Elements ``start:start+length`` along `axis`."""
-        me: Tensor = self  # type: ignore[assignment]
-        axis = _axis("narrow", axis, me.ndim)
-        if start < 0:
-            start += me.shape[axis]
-        if not (0 <= start and length >= 0 and start + length <= me.shape[axis]):
-            raise ShapeError(
-                f"narrow: [{start}, {start + length}) is out of range for axis {axis} of size "
-                f"{me.shape[axis]}")
-        begin = [0] * me.ndim
-        limit = list(me.shape)
-        begin[axis], limit[axis] = start, start + length
-        return me._view_or_apply("slice", start=tuple(begin), limit=tuple(limit),
-                                 stride=(1,) * me.ndim)
-
-    def flatten(self) -> Tensor:
-        """A 1-D tensor of all elements in row-major order."""
-        return self.reshape(-1)
-
-
-def _infer_reshape(old: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...]:
-    size = math.prod(old)
-    if new.count(-1) > 1:
-        raise ShapeError(f"reshape: only one -1 is allowed (got {new})")
-    if -1 in new:
-        known = math.prod(d for d in new if d != -1)
-        if known == 0 or size % known:
-            raise ShapeError(f"reshape: cannot reshape {old} into {new}")
-        new = tuple(size // known if d == -1 else d for d in new)
-    if math.prod(new) != size or any(d < 0 for d in new):
-        raise ShapeError(f"reshape: cannot reshape {old} ({size} elements) into {new}")
-    return new
-
-
-def _true_divide(lhs: TensorLike, rhs: TensorLike) -> Tensor:
-    target = dt.result_type(lhs, rhs)
-    if not target.is_floating:
-        target = dt.default_float
-    return binary("div", lhs, rhs, dtype=target)
-
-
-def _floor_divide(lhs: TensorLike, rhs: TensorLike) -> Tensor:
-    target = dt.result_type(lhs, rhs)
-    if target.is_floating:
-        return unary("floor", binary("div", lhs, rhs))
-    a, b = _operands("div", [lhs, rhs])
-    q = binary("div", a, b)
-    adjust = (binary("rem", a, b) != 0) & ((a < 0) != (b < 0))
-    return q - adjust.astype(target)
-
-
-def _floor_mod(lhs: TensorLike, rhs: TensorLike) -> Tensor:
-    a, b = _operands("rem", [lhs, rhs])
-    r = binary("rem", a, b)
-    return where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-
-
-def _arg(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
-    from .tensor import Tensor
-
-    if axis is None:
-        out = Tensor._apply(op, x.reshape(-1), axis=0)
-        return out.reshape((1,) * x.ndim) if keepdims else out
-    axis = _axis(op, axis, x.ndim)
-    out = Tensor._apply(op, x, axis=axis)
-    return out.unsqueeze(axis) if keepdims else out
-
-
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """NumPy matmul semantics lowered to one `dot_general`."""
-    from .tensor import Tensor, as_tensor
-
-    a, b = as_tensor(a), as_tensor(b)
-    if a.ndim == 0 or b.ndim == 0:
-        raise ShapeError("matmul: operands must have at least one dimension "
-                         f"(got {a.shape} and {b.shape})", op="matmul")
-    target = dt.result_type(a, b)
-    if target.is_bool:
-        raise DTypeError("matmul: bool operands are not supported; convert first", op="matmul")
-    a, b = a.astype(target), b.astype(target)
-    k_a = a.shape[-1]
-    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
-    if k_a != k_b:
-        raise ShapeError(f"matmul: contracting dimensions differ (got {a.shape} @ {b.shape})",
-                         op="matmul", shapes=[a.shape, b.shape])
-    if b.ndim <= 2:
-        return Tensor._apply("dot_general", a, b, contracting=((a.ndim - 1,), (0,)),
-                             batch=((), ()))
-    a2 = a.unsqueeze(0) if a.ndim == 1 else a
-    batch = broadcast_shapes("matmul", a2.shape[:-2], b.shape[:-2])
-    a2 = broadcast_to(a2, batch + a2.shape[-2:])
-    b2 = broadcast_to(b, batch + b.shape[-2:])
-    nb = len(batch)
-    out = Tensor._apply("dot_general", a2, b2, contracting=((nb + 1,), (nb,)),
-                        batch=(tuple(range(nb)), tuple(range(nb))))
-    return out.squeeze(nb) if a.ndim == 1 else out
-
-
-def _unused(_: Any) -> np.ndarray[Any, Any]:  # keeps numpy imported for type aliases
-    return np.asarray(_)
+def _ne(x: Tensor, other: object) -> Tensor:
+    return binary("ne", x, other)  # type: ignore[arg-type]  # object: Python's != contract

@@ -167,13 +167,19 @@ def leaf_buffers(leaves: Sequence[Ref], backend: Backend) -> list[Any]:
             raise TraceError("tensor: a traced placeholder escaped its compiled function")
         if node.backend is None:
             assert node.host is not None
+            if node.home is not None and node.home is not backend:
+                raise OmnitensorError(
+                    f"tensor: operands belong to two backends ({node.home.name!r} and "
+                    f"{backend.name!r}); move one with .to({backend.name!r}) or "
+                    f".to({node.home.name!r})", backend=node.home.name)
             node.buffers = [backend.upload(array) for array in node.host]
             node.host = None
             node.backend = backend
         elif node.backend is not backend:
             raise OmnitensorError(
-                f"tensor: operands live on two backends ({node.backend.name!r} and "
-                f"{backend.name!r}); move one with .to(backend)",
+                f"tensor: operands belong to two backends ({node.backend.name!r} and "
+                f"{backend.name!r}); move one with .to({backend.name!r}) or "
+                f".to({node.backend.name!r})",
                 backend=node.backend.name,
             )
         assert node.buffers is not None
@@ -192,8 +198,8 @@ def pick_backend(roots: Sequence[Ref]) -> Backend:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if node.backend is not None:
-            return node.backend
+        if node.owner is not None:
+            return node.owner
         stack.extend(n for n, _ in node.inputs)
     return get_backend()
 

@@ -8,33 +8,40 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
-from typing import Any, Union
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, Union
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import DTypeError, OmnitensorError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, OmnitensorError, ShapeError
 from ..ir.opdef import Trait, get_op
 from ..ir.program import Role
 from ..ir.types import TensorType
+from . import indexing as _index
+from . import linalg as _linalg
+from . import math as _math
+from . import reduce as _reduce
+from . import shape as _shape
 from .graph import Node, Ref, record
-from .indexing import TensorIndexing
-from .math import TensorMath
 from .realize import realize_refs, tracing
 
-__all__ = ["Scalar", "Tensor", "TensorLike", "realize"]
+__all__ = ["AutogradHooks", "Scalar", "Tensor", "TensorLike", "as_tensor", "realize",
+           "register_autograd"]
 
 Scalar = bool | int | float
 TensorLike = Union["Tensor", bool, int, float, np.ndarray, Sequence[Any]]
+
+
+_DTYPE_NAMES = frozenset(d.name for d in dt.ALL) | frozenset(d.short for d in dt.ALL)
 
 
 def _eager() -> bool:
     return os.environ.get("OMNITENSOR_EAGER", "") not in ("", "0")
 
 
-class Tensor(TensorMath, TensorIndexing):
+class Tensor:
     """An n-dimensional lazy array on a backend.
 
     A Tensor is a handle to an immutable value: ``x[i] = v`` and in-place operators rebind the
@@ -98,7 +105,7 @@ class Tensor(TensorMath, TensorIndexing):
         out = cls(node, 0)
         for t in inputs:  # autograd records only when some operand requires grad
             if t._grad_fn is not None:
-                _grad_hook(op, inputs, (out,))
+                _autograd().record_op(op, inputs, (out,))
                 break
         if _eager() and tracing.get() is None:
             out.realize()
@@ -110,7 +117,7 @@ class Tensor(TensorMath, TensorIndexing):
         outs = tuple(cls(node, i) for i in range(len(node.types)))
         for t in inputs:
             if t._grad_fn is not None:
-                _grad_hook(op, inputs, outs)
+                _autograd().record_op(op, inputs, outs)
                 break
         if _eager() and tracing.get() is None:
             realize(*outs)
@@ -184,8 +191,23 @@ class Tensor(TensorMath, TensorIndexing):
 
     @property
     def backend(self) -> Any:
-        """The backend holding this tensor's data, or None while it is not bound to one."""
-        return self._node.backend
+        """The backend this tensor belongs to, or None while it belongs to none yet.
+
+        A tensor belongs to the backend that holds its data, else the one its operands belong
+        to, else the ``use_backend`` scope it was created in; one made outside any scope from
+        host data runs wherever it is first combined or read (the selected backend).
+        """
+        return self._node.owner
+
+    @property
+    def device(self) -> str:
+        """Name of the backend this tensor runs on (PyTorch's ``x.device``)."""
+        owner = self._node.owner
+        if owner is not None:
+            return str(owner.name)
+        from ..backend.registry import current_backend_name
+
+        return current_backend_name()
 
     @property
     def is_realized(self) -> bool:
@@ -196,6 +218,23 @@ class Tensor(TensorMath, TensorIndexing):
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    def __array_namespace__(self, *, api_version: str | None = None) -> Any:
+        """The Array API namespace (`omnitensor.array_api`, the 2023.12 revision)."""
+        from .. import array_api
+
+        if api_version not in (None, "2023.12", "2022.12", "2021.12"):
+            from ..errors import UnsupportedError
+
+            raise UnsupportedError(f"__array_namespace__: api_version {api_version!r} is not "
+                                   "supported (2023.12 is)")
+        return array_api
 
     # --- realization ----------------------------------------------------------------------------
 
@@ -250,8 +289,6 @@ class Tensor(TensorMath, TensorIndexing):
             raise DTypeError(f"__index__: tensor of dtype {self.dtype} is not an integer")
         return int(self.item())
 
-    __hash__ = object.__hash__
-
     # --- dtype ----------------------------------------------------------------------------------
 
     def astype(self, dtype: Any) -> Tensor:
@@ -265,18 +302,23 @@ class Tensor(TensorMath, TensorIndexing):
         """A tensor with the same value that does not alias a view (lazy)."""
         return Tensor._apply("reshape", self, shape=self.shape) if self.is_realized else self
 
-    def to(self, backend: Any) -> Tensor:
-        """The same value on another backend (a name or a Backend instance)."""
+    def to(self, target: Any) -> Tensor:
+        """The same value on another backend (a name or a `Backend`), or converted to a dtype.
+
+        ``x.to("ref")`` copies the value to the ref backend; ``x.to(omnitensor.float64)`` (or
+        ``"float64"``) is `astype`, as in PyTorch.
+        """
+        from ..backend.contract import Backend
         from ..backend.registry import get_backend
 
-        target = get_backend(backend) if isinstance(backend, str) else backend
-        if self._node.backend is target:
+        if not isinstance(target, (str, Backend)) or (
+                isinstance(target, str) and target in _DTYPE_NAMES):
+            return self.astype(target)
+        backend = get_backend(target) if isinstance(target, str) else target
+        if self._node.owner is backend:
             return self
-        node = Node.from_host(self.numpy(), self.type)
-        out = Tensor(node)
-        out._node.buffers = [target.upload(node.host[0])]  # type: ignore[index]
-        out._node.host, out._node.backend = None, target
-        return out
+        array = self.numpy()
+        return Tensor(Node.from_buffer(backend.upload(array), self.type, backend))
 
     def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
         return self.numpy().__dlpack__(**kwargs)
@@ -288,7 +330,7 @@ class Tensor(TensorMath, TensorIndexing):
         """The same value, cut from any gradient tape."""
         return Tensor(self._node, self._index)
 
-    # --- autograd (omnitensor.autograd does the work) -------------------------------------------
+    # --- autograd (omnitensor.autograd registers itself, see `register_autograd`) ------------
 
     @property
     def requires_grad(self) -> bool:
@@ -297,10 +339,9 @@ class Tensor(TensorMath, TensorIndexing):
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
-        from ..autograd.engine import Leaf
-
+        hooks = _autograd()
         if not flag:
-            if self._grad_fn is not None and not isinstance(self._grad_fn, Leaf):
+            if self._grad_fn is not None and not hooks.is_leaf_node(self._grad_fn):
                 raise OmnitensorError(
                     "requires_grad: only leaf tensors can stop requiring grad; use detach()")
             self._grad_fn = None
@@ -310,7 +351,7 @@ class Tensor(TensorMath, TensorIndexing):
                 f"requires_grad: only float tensors can require grad (got {self.dtype}); "
                 "convert with astype first")
         if self._grad_fn is None:
-            self._grad_fn = Leaf(self)
+            self._grad_fn = hooks.make_leaf(self)
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
         """Set `requires_grad` in place; returns self."""
@@ -320,16 +361,12 @@ class Tensor(TensorMath, TensorIndexing):
     @property
     def is_leaf(self) -> bool:
         """True unless this tensor was computed by a recorded op."""
-        from ..autograd.engine import Leaf
-
-        return self._grad_fn is None or isinstance(self._grad_fn, Leaf)
+        return self._grad_fn is None or _autograd().is_leaf_node(self._grad_fn)
 
     @property
     def grad_fn(self) -> Any:
         """The autograd node that produced this tensor (None for leaves and constants)."""
-        from ..autograd.engine import Leaf
-
-        return None if isinstance(self._grad_fn, Leaf) else self._grad_fn
+        return None if self.is_leaf else self._grad_fn
 
     def backward(self, gradient: TensorLike | None = None, *, create_graph: bool = False
                  ) -> None:
@@ -339,23 +376,164 @@ class Tensor(TensorMath, TensorIndexing):
             gradient: cotangent of this tensor (default: ones, for a one-element tensor).
             create_graph: record the backward pass too (higher-order gradients).
         """
-        from ..autograd.engine import backward
+        _autograd().backward(self, None if gradient is None else as_tensor(gradient),
+                             create_graph=create_graph)
 
-        backward(self, None if gradient is None else as_tensor(gradient),
-                 create_graph=create_graph)
+    # --- math, shared with the top-level functions (tensor/math.py, reduce.py, shape.py) -------
+
+    __add__ = _math.add
+    __radd__ = _math._radd
+    __sub__ = _math.subtract
+    __rsub__ = _math._rsub
+    __mul__ = _math.multiply
+    __rmul__ = _math._rmul
+    __truediv__ = _math.divide
+    __rtruediv__ = _math._rtruediv
+    __floordiv__ = _math.floor_divide
+    __rfloordiv__ = _math._rfloordiv
+    __mod__ = _math.remainder
+    __rmod__ = _math._rmod
+    __pow__ = _math.pow
+    __rpow__ = _math._rpow
+    __matmul__ = _linalg.matmul
+    __neg__ = _math.negative
+    __pos__ = _math.positive
+    __abs__ = _math.abs
+    __invert__ = _math._invert
+    __and__ = _math._and
+    __rand__ = _math._rand
+    __or__ = _math._or
+    __ror__ = _math._ror
+    __xor__ = _math._xor
+    __rxor__ = _math._rxor
+    __lt__ = _math.less
+    __le__ = _math.less_equal
+    __gt__ = _math.greater
+    __ge__ = _math.greater_equal
+    __eq__ = _math._eq  # type: ignore[assignment]  # elementwise, as in NumPy
+    __ne__ = _math._ne  # type: ignore[assignment]  # elementwise, as in NumPy
+    __hash__ = object.__hash__
+
+    def __rmatmul__(self, other: TensorLike) -> Tensor:
+        return _linalg.matmul(other, self)
+
+    __getitem__ = _index.getitem
+    __setitem__ = _index.setitem
+
+    exp = _math.exp
+    expm1 = _math.expm1
+    log = _math.log
+    log1p = _math.log1p
+    log2 = _math.log2
+    log10 = _math.log10
+    sqrt = _math.sqrt
+    rsqrt = _math.rsqrt
+    square = _math.square
+    sin = _math.sin
+    cos = _math.cos
+    tan = _math.tan
+    tanh = _math.tanh
+    sigmoid = _math.sigmoid
+    erf = _math.erf
+    abs = _math.abs
+    sign = _math.sign
+    floor = _math.floor
+    ceil = _math.ceil
+    round = _math.round
+    trunc = _math.trunc
+    reciprocal = _math.reciprocal
+    clip = _math.clip
+    clamp = _math.clip
+    isnan = _math.isnan
+    isinf = _math.isinf
+    isfinite = _math.isfinite
+
+    sum = _reduce.sum
+    prod = _reduce.prod
+    max = _reduce.max
+    min = _reduce.min
+    amax = _reduce.max
+    amin = _reduce.min
+    mean = _reduce.mean
+    var = _reduce.var
+    std = _reduce.std
+    all = _reduce.all
+    any = _reduce.any
+    argmax = _reduce.argmax
+    argmin = _reduce.argmin
+    cumsum = _reduce.cumsum
+    logsumexp = _reduce.logsumexp
+
+    matmul = _linalg.matmul
+
+    reshape = _shape.reshape
+    view = _shape.view
+    clone = _shape.clone
+    transpose = _shape.transpose
+    permute = _shape.permute
+    permute_dims = _shape.permute_dims
+    swapaxes = _shape.swapaxes
+    moveaxis = _shape.moveaxis
+    expand = _shape.expand
+    squeeze = _shape.squeeze
+    unsqueeze = _shape.unsqueeze
+    expand_dims = _shape.expand_dims
+    flip = _shape.flip
+    narrow = _shape.narrow
+    flatten = _shape.flatten
+    split = _shape.split
+    repeat = _shape.repeat
+    broadcast_to = _math.broadcast_to
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 (NumPy's name)
+        """Axes reversed."""
+        return _shape.transpose(self)
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 (NumPy's name)
+        """The last two axes swapped (a stack of matrices transposed)."""
+        return _linalg.matrix_transpose(self)
+
+    def t(self) -> Tensor:
+        """PyTorch's transpose of a matrix (a vector is returned as is)."""
+        if self.ndim > 2:
+            raise ShapeError(f"t: expects a tensor with at most 2 dimensions (got {self.ndim}); "
+                             "use transpose(dim0, dim1) or mT", op="t")
+        return _shape.transpose(self)
 
 
-def _bind_grad_hook(op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
-    from ..autograd.engine import record_op
+class AutogradHooks(Protocol):
+    """What `omnitensor.autograd` provides to tensors (it registers itself on import)."""
 
-    global _grad_hook
-    _grad_hook = record_op
-    record_op(op, inputs, outputs)
+    def record_op(self, op: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        """Record one op application whose operands require grad."""
+
+    def make_leaf(self, tensor: Tensor) -> Any:
+        """The autograd node of a tensor that starts requiring grad."""
+
+    def is_leaf_node(self, node: Any) -> bool:
+        """True for nodes made by `make_leaf`."""
+
+    def backward(self, tensor: Tensor, gradient: Tensor | None, *, create_graph: bool) -> None:
+        """Accumulate gradients of `tensor` into the leaves' ``.grad``."""
 
 
-#: Called by `_apply` when an operand requires grad (only possible once autograd is imported);
-#: it binds itself to `omnitensor.autograd.engine.record_op` on first use.
-_grad_hook: Any = _bind_grad_hook
+_hooks: list[AutogradHooks] = []
+
+
+def register_autograd(hooks: AutogradHooks) -> None:
+    """Install the autograd engine (called once by `omnitensor.autograd` when it is imported).
+
+    The tensor layer sits below autograd: it calls these hooks and never imports autograd.
+    """
+    _hooks[:] = [hooks]
+
+
+def _autograd() -> AutogradHooks:
+    if not _hooks:  # `import omnitensor` always imports autograd, so this is a broken install
+        raise OmnitensorError("tensor: omnitensor.autograd is not loaded; import omnitensor")
+    return _hooks[0]
 
 
 def realize(*tensors: Tensor) -> None:
@@ -363,8 +541,20 @@ def realize(*tensors: Tensor) -> None:
     realize_refs([(t._node, t._index) for t in tensors])
 
 
-def as_tensor(value: TensorLike, dtype: DType | None = None) -> Tensor:
-    """`value` as a Tensor: tensors pass through; arrays and nested lists become host leaves."""
+def as_tensor(value: Any, dtype: DType | None = None, *, fn: str | None = None,
+              arg: str | None = None) -> Tensor:
+    """`value` as a Tensor: tensors pass through; arrays, scalars and nested lists become leaves.
+
+    Args:
+        value: a Tensor, a Python scalar, a numpy array or scalar, a (nested) list or tuple, or
+            any object numpy converts (``__array__``, DLPack exporters on the CPU).
+        dtype: convert to this dtype.
+        fn: the user-level function asking (for the error message).
+        arg: the argument's name (for the error message).
+
+    Raises:
+        ArgumentTypeError: (a TypeError) for values that are not numbers, naming `fn` and `arg`.
+    """
     if isinstance(value, Tensor):
         return value if dtype is None else value.astype(dtype)
     from .interop import from_numpy
@@ -372,11 +562,34 @@ def as_tensor(value: TensorLike, dtype: DType | None = None) -> Tensor:
     if isinstance(value, (bool, int, float)):
         target = dtype or dt.result_type(value)
         return from_numpy(np.asarray(value, dtype=target.np), copy=False)
-    array = np.asarray(value)
+    array = _to_array(value, fn, arg)
     if dtype is not None:
         array = array.astype(dtype.np)
-    elif array.dtype == np.float64 and not isinstance(value, np.ndarray):
+    elif array.dtype == np.float64 and not isinstance(value, (np.ndarray, np.generic)):
         array = array.astype(np.float32)  # Python float literals default to float32
-    elif array.dtype == np.int64 and not isinstance(value, np.ndarray):
+    elif array.dtype == np.int64 and not isinstance(value, (np.ndarray, np.generic)):
         array = array.astype(np.int32)
     return from_numpy(array, copy=False)
+
+
+def _to_array(value: Any, fn: str | None, arg: str | None) -> np.ndarray[Any, Any]:
+    where = f"{fn or 'tensor'}: argument {arg!r}" if arg else f"{fn or 'tensor'}: value"
+    if value is None or isinstance(value, (str, bytes, dict, set)):
+        raise ArgumentTypeError(
+            f"{where} must be a Tensor, a number, a list or a numpy array (got "
+            f"{type(value).__name__})", op=fn)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value):
+        value = [v.numpy() if isinstance(v, Tensor) else v for v in value]
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{where} cannot be converted to a tensor ({exc})",
+                                op=fn) from None
+    if array.dtype == object or array.dtype.kind in "USVOMm":
+        raise ArgumentTypeError(
+            f"{where} must hold numbers (got {type(value).__name__} of {array.dtype})", op=fn)
+    if array.dtype.kind == "c":
+        raise DTypeError(f"{where} is complex ({array.dtype}); omnitensor has no complex "
+                         "dtypes", op=fn, dtype=str(array.dtype))
+    dt.as_dtype(array.dtype)  # DTypeError naming the supported dtypes
+    return array
