@@ -208,7 +208,8 @@ def functional(family: str) -> Callable[[F], F]:
 
 
 def _convert(family: str, signature: inspect.Signature, tensor_args: set[str],
-             args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+             args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Tensor arguments given as numpy arrays, lists or scalars, converted (TypeError otherwise)."""
     from ..tensor.tensor import Tensor, as_tensor
 

@@ -138,13 +138,10 @@ def _arange(start: Scalar, stop: Scalar | None, step: Scalar, dtype: Any) -> Ten
 def linspace(start: float, stop: float, num: int = 50, dtype: Any = None, *,
              endpoint: bool = True, requires_grad: bool = False) -> Tensor:
     """`num` evenly spaced values from `start` to `stop` (inclusive unless not `endpoint`)."""
-    if not endpoint:
-        step = (stop - start) / num if num else 0.0
-        return _grad(_linspace(start, stop - step, num, dtype), requires_grad)
-    return _grad(_linspace(start, stop, num, dtype), requires_grad)
+    return _grad(_linspace(start, stop, num, dtype, endpoint), requires_grad)
 
 
-def _linspace(start: float, stop: float, num: int, dtype: Any) -> Tensor:
+def _linspace(start: float, stop: float, num: int, dtype: Any, endpoint: bool) -> Tensor:
     target = dt.as_dtype(dtype) if dtype is not None else dt.default_float
     if num < 0:
         raise ShapeError(f"linspace: num must be non-negative (got {num})")
@@ -152,8 +149,14 @@ def _linspace(start: float, stop: float, num: int, dtype: Any) -> Tensor:
         return full((1,), start, target)
     index = Tensor._apply("iota", shape=(num,), dimension=0, dtype=dt.float64
                           if target == dt.float64 else dt.float32)
-    step = (stop - start) / max(num - 1, 1)
-    return (index * step + start).astype(target)
+    step = (stop - start) / (max(num - 1, 1) if endpoint else max(num, 1))
+    values = index * step + start
+    if not endpoint:
+        return values.astype(target)
+    # NOTE: rounding can miss `stop` by an ulp; the last value is `stop` exactly, as in numpy
+    from .math import where
+
+    return where(index == num - 1, stop, values).astype(target)
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None, *,
@@ -164,6 +167,7 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None, *,
 
 def _eye(n: int, m: int | None, k: int, dtype: Any) -> Tensor:
     cols = n if m is None else m
+    k = max(-n, min(int(k), cols))  # diagonals beyond the matrix are all zero alike
     rows_i = Tensor._apply("iota", shape=(n, cols), dimension=0, dtype=dt.int32)
     cols_i = Tensor._apply("iota", shape=(n, cols), dimension=1, dtype=dt.int32)
     return ((rows_i + k) == cols_i).astype(dtype or dt.default_float)

@@ -106,9 +106,12 @@ def _plan(x: Tensor, key: Any) -> _Plan:
             plan.layout.append(("new",))
             continue
         mask = _as_mask(item)
-        if mask is not None and mask.ndim == 0:
-            raise UnsupportedError("index: a scalar boolean index (x[True]) is not supported; "
-                                   "use x[None] or an empty slice")
+        if mask is not None and mask.ndim == 0:  # NumPy: a new axis of length 1 or 0
+            if sum(_as_mask(i) is not None or _is_array_index(i) for i in items) > 1:
+                raise UnsupportedError("index: a scalar boolean index together with other "
+                                       "array indices is not supported; index in two steps")
+            plan.layout.append(("new", bool(mask)))
+            continue
         if mask is not None or _is_array_index(item):
             sizes = x.shape[dim : dim + (mask.ndim if mask is not None else 1)]
             if mask is not None:
@@ -270,6 +273,9 @@ def getitem(x: Tensor, key: Any) -> Tensor:
         shape.append(out.shape[entry[1]])
     out = out.reshape(tuple(shape))
     if not plan.advanced:
+        empty = [i for i, e in enumerate(plan.layout) if e[0] == "new" and e[1:] == (False,)]
+        for axis in empty:  # x[False]: the new axis has length 0
+            out = out.narrow(axis, 0, 0)
         return out
     sizes = [out.shape[a] for a in adv_axes]
     indices = [_index_array(item, n) for item, n in zip(plan.advanced, sizes, strict=True)]

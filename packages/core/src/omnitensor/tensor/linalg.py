@@ -99,7 +99,7 @@ def vecdot(x1: TensorLike, x2: TensorLike, axis: int = -1) -> Tensor:
     if a.shape[ax - len(shape) + a.ndim] != b.shape[ax - len(shape) + b.ndim]:
         raise ShapeError(f"vecdot: axis {axis} differs in size ({a.shape} and {b.shape})",
                          op="vecdot")
-    return (broadcast_to(a, shape) * broadcast_to(b, shape)).sum(axis=ax)
+    return (broadcast_to(a, shape) * broadcast_to(b, shape)).sum(axis=ax, dtype=a.dtype)
 
 
 def outer(x1: TensorLike, x2: TensorLike) -> Tensor:

@@ -22,13 +22,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
-    "bitwise_invert", "bitwise_or", "bitwise_xor", "broadcast_shapes", "ceil", "clip", "cos",
+    "bitwise_invert", "bitwise_or", "bitwise_xor", "broadcast_shapes", "ceil", "clip",
+    "copysign", "cos",
     "cosh", "divide", "equal", "erf", "exp", "expm1", "floor", "floor_divide", "greater",
     "greater_equal", "hypot", "isfinite", "isinf", "isnan", "less", "less_equal", "log", "log1p",
     "log2", "log10", "logaddexp", "logical_and", "logical_not", "logical_or", "logical_xor",
     "maximum", "minimum", "multiply", "negative", "not_equal", "positive", "pow", "reciprocal",
-    "remainder", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "square", "subtract",
-    "tan", "tanh", "trunc", "where",
+    "remainder", "round", "rsqrt", "sigmoid", "sign", "signbit", "sin", "sinh", "sqrt", "square",
+    "subtract", "tan", "tanh", "trunc", "where",
 ]
 
 
@@ -342,13 +343,19 @@ def asinh(x: TensorLike) -> Tensor:
     """Inverse hyperbolic sine."""
     t = _float("asinh", x)
     a = abs(t)
-    return sign(t) * log1p(a + a * a / (1.0 + sqrt(1.0 + a * a)))
+    # NOTE: log1p form for moderate |x|, log(2|x|) where a*a would overflow; the sign is
+    # copied so that -0.0 and -inf keep theirs
+    moderate = log1p(a + a * a / (1.0 + sqrt(1.0 + a * a)))
+    r = where(a > 2.0**28, log(a) + math.log(2.0), moderate)
+    return where(signbit(t), -r, r)
 
 
 def acosh(x: TensorLike) -> Tensor:
-    """Inverse hyperbolic cosine (x >= 1)."""
+    """Inverse hyperbolic cosine (NaN below 1)."""
     t = _float("acosh", x)
-    return log(t + sqrt((t - 1.0) * (t + 1.0)))
+    # log(t + sqrt(t^2 - 1)) = log(t) + log1p(sqrt((1 - 1/t)(1 + 1/t))): no overflow for large t
+    inv = 1.0 / t
+    return log(t) + log1p(sqrt((1.0 - inv) * (1.0 + inv)))
 
 
 def atanh(x: TensorLike) -> Tensor:
@@ -524,6 +531,26 @@ def bitwise_invert(x: TensorLike) -> Tensor:
     return unary("not", t)
 
 
+def signbit(x: TensorLike) -> Tensor:
+    """True where the sign bit is set (including -0.0, -inf and negative NaNs)."""
+    from .tensor import Tensor, as_tensor
+
+    t = as_tensor(x, fn="signbit", arg="x")
+    if not t.dtype.is_floating:
+        return less(t, 0)
+    as_int = {16: dt.int16, 32: dt.int32, 64: dt.int64}[t.dtype.bits]
+    return less(Tensor._apply("bitcast", t, dtype=as_int), 0)
+
+
+def copysign(x1: TensorLike, x2: TensorLike) -> Tensor:
+    """|x1| with the sign bit of x2."""
+    a, b = _operands("copysign", [x1, x2])
+    if not a.dtype.is_floating:
+        a, b = a.astype(dt.default_float), b.astype(dt.default_float)
+    magnitude = abs(a)
+    return where(signbit(b), -magnitude, magnitude)
+
+
 def where(condition: TensorLike, x1: TensorLike, x2: TensorLike) -> Tensor:
     """`x1` where `condition` else `x2`, broadcasting all three."""
     from .tensor import Tensor, as_tensor
@@ -535,6 +562,13 @@ def where(condition: TensorLike, x1: TensorLike, x2: TensorLike) -> Tensor:
     shape = broadcast_shapes("where", c.shape, a.shape)
     return Tensor._apply("select", broadcast_to(c, shape), broadcast_to(a, shape),
                          broadcast_to(b, shape))
+
+
+def full_like_scalar(x: Tensor, value: bool | int | float) -> Tensor:
+    """A 0-d tensor holding the weak scalar `value` in the dtype promotion gives it with `x`."""
+    from .creation import full
+
+    return full((), value, dt.result_type(x, value))
 
 
 # --- operator forms (Tensor's reflected operators) ----------------------------------------------

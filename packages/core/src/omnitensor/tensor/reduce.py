@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import dtypes as dt
-from ..errors import ArgumentTypeError, ShapeError
+from ..errors import ArgumentTypeError, IndexOutOfRangeError, ShapeError
 
 if TYPE_CHECKING:
     from .tensor import Tensor, TensorLike
@@ -34,8 +34,8 @@ def normalize_axis(op: str, axis: int, ndim: int) -> int:
             raise ArgumentTypeError(f"{op}: axis must be an integer (got {axis!r})",
                                     op=op) from None
     bound = builtins.max(ndim, 1)
-    if not -bound <= axis < bound:
-        raise ShapeError(f"{op}: axis {axis} is out of range for rank {ndim}", op=op)
+    if not -bound <= axis < bound:  # NumPy's AxisError is both a ValueError and an IndexError
+        raise IndexOutOfRangeError(f"{op}: axis {axis} is out of range for rank {ndim}", op=op)
     return axis % bound
 
 

@@ -320,8 +320,35 @@ class Tensor:
         array = self.numpy()
         return Tensor(Node.from_buffer(backend.upload(array), self.type, backend))
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
-        return self.numpy().__dlpack__(**kwargs)
+    def to_device(self, device: Any, /, *, stream: Any = None) -> Tensor:
+        """The Array API's `to` for backends: the same value on `device` (a backend name)."""
+        return self.to(device)
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    def __lshift__(self, other: TensorLike) -> Tensor:
+        from ..array_api._functions import bitwise_left_shift
+
+        return bitwise_left_shift(self, as_tensor(other) if not isinstance(other, int) else
+                                  _math.full_like_scalar(self, other))
+
+    def __rshift__(self, other: TensorLike) -> Tensor:
+        from ..array_api._functions import bitwise_right_shift
+
+        return bitwise_right_shift(self, as_tensor(other) if not isinstance(other, int) else
+                                   _math.full_like_scalar(self, other))
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """Export through DLPack (a host copy: the value is realized and downloaded)."""
+        if copy is False:
+            raise BufferError("__dlpack__: omnitensor exports a host copy; copy=False is "
+                              "not possible")
+        array = self.numpy()
+        if max_version is None:
+            return array.__dlpack__()
+        return array.__dlpack__(max_version=max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU: exported through a host copy

@@ -405,5 +405,6 @@ class BitcastView(OpView):
 
     @staticmethod
     def reference(x: Array, *, dtype: DType) -> Array:
-        out = np.ascontiguousarray(x).view(dtype.np)
+        # NOTE: ascontiguousarray makes 0-d arrays 1-d; the reshape restores the shape
+        out = np.ascontiguousarray(x).view(dtype.np).reshape(np.shape(x))
         return out != 0 if dtype == bool_ else out
