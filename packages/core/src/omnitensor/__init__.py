@@ -3,6 +3,7 @@
 The public API lives here; everything else is importable from its own module.
 """
 
+from . import array_api as array_api
 from . import dtypes as dtypes
 from . import errors as errors
 from . import functional as functional
@@ -27,6 +28,8 @@ from .dtypes import int32 as int32
 from .dtypes import int64 as int64
 from .dtypes import uint8 as uint8
 from .dtypes import uint32 as uint32
+from .io.save import load as load
+from .io.save import save as save
 from .tensor.creation import arange as arange
 from .tensor.creation import empty as empty
 from .tensor.creation import empty_like as empty_like
@@ -173,6 +176,7 @@ from .tensor.tensor import realize as realize
 __version__ = "0.1.0"
 
 __all__ = [
+    "load", "save", "array_api",
     "Backend", "Tensor", "abs", "acos", "acosh", "add", "all", "amax", "amin", "any", "arange",
     "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "bfloat16", "bitwise_and",
     "bitwise_invert", "bitwise_or", "bitwise_xor", "bool_", "broadcast_arrays", "broadcast_to",

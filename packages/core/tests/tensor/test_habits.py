@@ -200,3 +200,94 @@ def test_backend_mixing_names_both_and_to() -> None:
 def test_shape_errors_keep_numpy_wording() -> None:
     with pytest.raises(ShapeError, match=r"add: cannot broadcast \(2, 3\) with \(4,\)"):
         ot.ones(2, 3) + ot.ones(4)
+
+
+def test_sequential_training_loop_learns() -> None:
+    ot.manual_seed(0)
+    rng = np.random.default_rng(5)
+    xs = rng.normal(size=(64, 3)).astype(np.float32)
+    ys = (xs @ np.array([[1.0], [-2.0], [0.5]], np.float32) + 0.3).astype(np.float32)
+    model = ot.nn.Sequential(ot.nn.Linear(3, 16), ot.nn.ReLU(), ot.nn.Linear(16, 1))
+    opt = ot.nn.AdamW(model.parameters(), lr=0.02, weight_decay=0.0)
+    loader = ot.nn.DataLoader(ot.nn.TensorDataset(xs, ys), batch_size=16, shuffle=True, seed=1)
+    first = last = None
+    for _ in range(30):
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            first = loss.item() if first is None else first
+            last = loss.item()
+    assert first is not None and last is not None and last < 0.1 * first
+    assert [name for name, _ in model.named_parameters()] == [
+        "0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_module_containers_and_activations() -> None:
+    blocks = ot.nn.ModuleList([ot.nn.Linear(2, 2), ot.nn.GELU(), ot.nn.SiLU(), ot.nn.Tanh()])
+    heads = ot.nn.ModuleDict({"a": ot.nn.Linear(2, 1)})
+    assert len(blocks) == 4 and isinstance(blocks[1], ot.nn.GELU) and "a" in heads
+    x = ot.tensor([[-1.0, 2.0]])
+    np.testing.assert_allclose(ot.nn.ReLU()(x).numpy(), [[0.0, 2.0]])
+    np.testing.assert_allclose(ot.nn.Tanh()(x).numpy(), np.tanh([[-1.0, 2.0]]), rtol=1e-6)
+    with pytest.raises(IndexError):
+        blocks[7]
+
+
+def test_dropout_train_and_eval() -> None:
+    drop = ot.nn.Dropout(0.5, seed=3)
+    x = ot.ones(1000)
+    kept = drop(x).numpy()
+    assert 300 < int((kept == 0).sum()) < 700 and set(np.unique(kept)) <= {0.0, 2.0}
+    drop.eval()
+    np.testing.assert_array_equal(drop(x).numpy(), x.numpy())
+
+
+def test_save_load_round_trip(tmp_path: object) -> None:
+    import pathlib
+
+    path = pathlib.Path(str(tmp_path))
+    model = ot.nn.Sequential(ot.nn.Linear(3, 4), ot.nn.ReLU(), ot.nn.Linear(4, 2))
+    ot.save(model.state_dict(), path / "model.safetensors")
+    clone = ot.nn.Sequential(ot.nn.Linear(3, 4), ot.nn.ReLU(), ot.nn.Linear(4, 2))
+    clone.load_state_dict(ot.load(path / "model.safetensors"))
+    x = ot.randn(5, 3, seed=1)
+    np.testing.assert_array_equal(clone(x).numpy(), model(x).numpy())
+    t = ot.arange(6.0).reshape(2, 3).astype(ot.bfloat16)
+    ot.save(t, path / "t.safetensors")
+    back = ot.load(path / "t.safetensors")
+    assert back.dtype == ot.bfloat16 and back.tolist() == t.tolist()
+    with pytest.raises(TypeError, match="never pickles"):
+        ot.save(object(), path / "x.safetensors")
+
+
+def test_data_loader_is_seeded_and_drops_last() -> None:
+    xs = np.arange(10)
+    loader = ot.nn.DataLoader(xs, batch_size=3, shuffle=True, drop_last=True, seed=7)
+    assert len(loader) == 3
+    epoch1 = [b.tolist() for b in loader]
+    epoch2 = [b.tolist() for b in loader]
+    again = [b.tolist() for b in ot.nn.DataLoader(xs, batch_size=3, shuffle=True,
+                                                  drop_last=True, seed=7)]
+    assert epoch1 == again and epoch1 != epoch2 and all(len(b) == 3 for b in epoch1)
+    assert sorted(sum(epoch1, [])) != list(range(10))  # one row was dropped
+    assert [b.tolist() for b in ot.nn.DataLoader(xs, batch_size=4)][-1] == [8, 9]
+
+
+def test_requires_grad_on_creation_functions() -> None:
+    for t in (ot.zeros(2, requires_grad=True), ot.ones(2, 2, requires_grad=True),
+              ot.randn(3, requires_grad=True), ot.full((2,), 3.0, requires_grad=True),
+              ot.arange(3.0, requires_grad=True), ot.eye(2, requires_grad=True),
+              ot.tensor([1.0, 2.0], requires_grad=True)):
+        assert t.requires_grad and t.is_leaf
+    w = ot.tensor([1.0, -2.0], requires_grad=True)
+    (w * w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, -4.0])
+
+
+def test_sklearn_style_array_namespace() -> None:
+    x = ot.ones(3)
+    xp = x.__array_namespace__()
+    assert xp is ot.array_api and xp.__array_api_version__ == "2023.12"
+    assert xp.exp is ot.exp and xp.sum is ot.sum  # one definition, two spellings

@@ -1,18 +1,32 @@
 """Neural-network building blocks: `Module`, layers, optimizers and schedules (DESIGN §7)."""
 
 from . import optim as optim
+from .data import DataLoader as DataLoader
+from .data import TensorDataset as TensorDataset
+from .layers import GELU as GELU
 from .layers import MLP as MLP
 from .layers import AvgPool2d as AvgPool2d
 from .layers import Conv2d as Conv2d
 from .layers import Dropout as Dropout
 from .layers import Embedding as Embedding
+from .layers import Flatten as Flatten
+from .layers import Identity as Identity
 from .layers import KVCache as KVCache
 from .layers import LayerNorm as LayerNorm
 from .layers import Linear as Linear
+from .layers import LogSoftmax as LogSoftmax
 from .layers import MaxPool2d as MaxPool2d
+from .layers import ModuleDict as ModuleDict
+from .layers import ModuleList as ModuleList
 from .layers import MultiHeadAttention as MultiHeadAttention
+from .layers import ReLU as ReLU
 from .layers import RMSNorm as RMSNorm
+from .layers import Sequential as Sequential
+from .layers import Sigmoid as Sigmoid
+from .layers import SiLU as SiLU
+from .layers import Softmax as Softmax
 from .layers import SwiGLU as SwiGLU
+from .layers import Tanh as Tanh
 from .layers import TransformerBlock as TransformerBlock
 from .module import IncompatibleKeys as IncompatibleKeys
 from .module import Module as Module
@@ -23,8 +37,10 @@ from .optim import CosineWithWarmup as CosineWithWarmup
 from .optim import clip_grad_norm_ as clip_grad_norm_
 
 __all__ = [
-    "MLP", "SGD", "AdamW", "AvgPool2d", "Conv2d", "CosineWithWarmup", "Dropout", "Embedding",
-    "IncompatibleKeys", "KVCache", "LayerNorm", "Linear", "MaxPool2d", "Module",
-    "MultiHeadAttention", "Parameter", "RMSNorm", "SwiGLU", "TransformerBlock",
-    "clip_grad_norm_", "optim",
+    "DataLoader", "TensorDataset",
+    "AdamW", "AvgPool2d", "Conv2d", "CosineWithWarmup", "Dropout", "Embedding", "Flatten",
+    "GELU", "Identity", "IncompatibleKeys", "KVCache", "LayerNorm", "Linear", "LogSoftmax",
+    "MLP", "MaxPool2d", "Module", "ModuleDict", "ModuleList", "MultiHeadAttention", "Parameter",
+    "RMSNorm", "ReLU", "SGD", "Sequential", "SiLU", "Sigmoid", "Softmax", "SwiGLU", "Tanh",
+    "TransformerBlock", "clip_grad_norm_", "optim",
 ]

@@ -35,6 +35,7 @@ TensorLike = Union["Tensor", bool, int, float, np.ndarray, Sequence[Any]]
 
 
 _DTYPE_NAMES = frozenset(d.name for d in dt.ALL) | frozenset(d.short for d in dt.ALL)
+_NUMPY_DTYPES = frozenset(d.np for d in dt.ALL)
 
 
 def _eager() -> bool:
@@ -612,6 +613,8 @@ def _to_array(value: Any, fn: str | None, arg: str | None) -> np.ndarray[Any, An
     except (TypeError, ValueError) as exc:
         raise ArgumentTypeError(f"{where} cannot be converted to a tensor ({exc})",
                                 op=fn) from None
+    if array.dtype in _NUMPY_DTYPES:
+        return array
     if array.dtype == object or array.dtype.kind in "USVOMm":
         raise ArgumentTypeError(
             f"{where} must hold numbers (got {type(value).__name__} of {array.dtype})", op=fn)
