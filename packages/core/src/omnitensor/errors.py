@@ -92,7 +92,7 @@ class VerificationError(OmnitensorError, ValueError):
 
 
 class TraceError(OmnitensorError, RuntimeError):
-    """Something a traced (`omnitensor.compile`d) function cannot do, with the way around it."""
+    """Something a function traced by `omnitensor.compile` cannot do, with the way around it."""
 
 
 class BackendError(OmnitensorError, RuntimeError):

@@ -47,7 +47,7 @@ def assign(handle: Tensor, value: Tensor) -> None:
 
 
 class Module:
-    """Base class of layers: assign `Parameter`s, sub-`Module`s and buffers as attributes."""
+    """Base class of layers: assign parameters, submodules and buffers as attributes."""
 
     training: bool
 

@@ -206,7 +206,7 @@ def positive(x: TensorLike) -> Tensor:
 
 
 def abs(x: TensorLike) -> Tensor:  # noqa: A001 (NumPy's name)
-    """|x|."""
+    """Absolute value ``|x|``."""
     return unary("abs", x)
 
 
@@ -359,7 +359,7 @@ def acosh(x: TensorLike) -> Tensor:
 
 
 def atanh(x: TensorLike) -> Tensor:
-    """Inverse hyperbolic tangent (|x| < 1)."""
+    """Inverse hyperbolic tangent (defined for ``|x| < 1``)."""
     t = _float("atanh", x)
     return 0.5 * (log1p(t) - log1p(-t))
 
@@ -543,7 +543,7 @@ def signbit(x: TensorLike) -> Tensor:
 
 
 def copysign(x1: TensorLike, x2: TensorLike) -> Tensor:
-    """|x1| with the sign bit of x2."""
+    """The magnitude of x1 with the sign bit of x2."""
     a, b = _operands("copysign", [x1, x2])
     if not a.dtype.is_floating:
         a, b = a.astype(dt.default_float), b.astype(dt.default_float)
