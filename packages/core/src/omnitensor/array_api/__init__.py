@@ -4,8 +4,9 @@
 (scikit-learn with ``array_api_dispatch=True``, SciPy, array-api-compat) run on omnitensor
 tensors, lazily like everything else. The functions are omnitensor's own (`omnitensor.exp` is
 ``omnitensor.array_api.exp``); only those whose standard signature differs live in
-`_functions`. omnitensor has no complex, uint16 or uint64 dtypes; the optional `linalg` and
-`fft` extensions are not provided. Checked with the standard's own suite (``tox -e array-api``).
+`_functions`. omnitensor has no complex, uint16 or uint64 dtypes. The `linalg` extension is
+provided (its decompositions read their input, see `omnitensor.array_api.linalg`); `fft` is not.
+Checked with the standard's own suite (``tox -e array-api-ref`` / ``array-api-cpu``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ from ..tensor.shape import squeeze as squeeze
 from ..tensor.shape import stack as stack
 from ..tensor.shape import tile as tile
 from ..tensor.shape import unstack as unstack
+from . import linalg as linalg
 from ._functions import arange as arange
 from ._functions import argsort as argsort
 from ._functions import asarray as asarray
@@ -201,6 +203,7 @@ def __array_namespace_info__() -> Info:
 
 
 __all__ = [
+    "linalg",
     "Info", "__array_api_version__", "__array_namespace_info__", "abs", "acos", "acosh", "add",
     "all", "any", "arange", "argmax", "argmin", "argsort", "asarray", "asin", "asinh", "astype",
     "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift",
