@@ -207,9 +207,7 @@ def trace(x: Tensor, /, *, offset: int = 0, dtype: Any = None) -> Tensor:
 
 def cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     """Cross products of 3-vectors along `axis`."""
-    from ..tensor.shape import stack
-
-    from ..tensor.shape import broadcast_arrays
+    from ..tensor.shape import broadcast_arrays, stack
 
     a, b = as_tensor(x1), as_tensor(x2)
     if not a.ndim or not b.ndim or a.shape[axis] != 3 or b.shape[axis] != 3:
