@@ -23,7 +23,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._compat import jit, prange
+from . import pool
+from ._compat import jit
 from .quant_more import MORE_FORMATS, pack_more
 
 __all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
@@ -33,10 +34,10 @@ Array = np.ndarray[Any, Any]
 #: Formats with a kernel of their own (the other ggml formats are repacked by `quant_more`).
 FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"}) | MORE_FORMATS
 
-#: Weight elements (N x K) from which the product runs on numba's thread pool. High on purpose:
-#: on this shared 2-core machine a fork/join per matrix-vector product waits for descheduled
-#: threads (a 4864 x 896 product: 32 ms split over 2 threads, under 2 ms on one), so only
-#: products as large as an LM head are split.
+#: Weight elements (N x K) from which a product is split over threads. High on purpose: on a
+#: shared 2-core machine a split matrix-vector product waits for descheduled threads (a
+#: 4864 x 896 product: 32 ms split over 2 threads, under 2 ms on one), so only products as
+#: large as an LM head are split.
 PARALLEL_THRESHOLD: Final = 1 << 24
 
 
@@ -155,24 +156,17 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     return packed
 
 
+# NOTE: every kernel takes the range [lo, hi) of output rows (weight rows) it computes, so
+# `pool.parallel_for` splits a large product over threads with one compiled version of it.
+
+
 @jit()
-def _q8_rows(x: Any, qs: Any, d: Any, out: Any) -> None:
+def _q8_rows(x: Any, qs: Any, d: Any, out: Any, lo: int, hi: int) -> None:
+    # One long reduction per output row with the block scale applied per element (reassoc lets
+    # LLVM keep 16-wide partial sums): the int8 row streams at memory speed, unlike a short
+    # reduction per 32-element block.
     m_rows, k = x.shape
-    for n in range(qs.shape[0]):
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            for j in range(k):
-                acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> 5])
-            out[m, n] = acc
-
-
-@jit(parallel=True)
-def _q8_rows_par(x: Any, qs: Any, d: Any, out: Any) -> None:
-    # NOTE: parallel over output rows; each row is one long reduction with the block scale
-    # applied per element (reassoc lets LLVM keep 8-wide partial sums), which streams the int8
-    # row at memory speed, unlike a short reduction per 32-element block.
-    m_rows, k = x.shape
-    for n in prange(qs.shape[0]):
+    for n in range(lo, hi):
         for m in range(m_rows):
             acc = np.float32(0.0)
             for j in range(k):
@@ -181,22 +175,10 @@ def _q8_rows_par(x: Any, qs: Any, d: Any, out: Any) -> None:
 
 
 @jit()
-def _qs_rows(x: Any, qs: Any, d: Any, shift: int, mins: Any, xsum: Any, out: Any) -> None:
+def _qs_rows(x: Any, qs: Any, d: Any, shift: int, mins: Any, xsum: Any, out: Any, lo: int,
+             hi: int) -> None:
     m_rows, k = x.shape
-    for n in range(qs.shape[0]):
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            for j in range(k):
-                acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
-            for b in range(mins.shape[1]):
-                acc -= xsum[m, b] * mins[n, b]
-            out[m, n] = acc
-
-
-@jit(parallel=True)
-def _qs_rows_par(x: Any, qs: Any, d: Any, shift: int, mins: Any, xsum: Any, out: Any) -> None:
-    m_rows, k = x.shape
-    for n in prange(qs.shape[0]):
+    for n in range(lo, hi):
         for m in range(m_rows):
             acc = np.float32(0.0)
             for j in range(k):
@@ -212,9 +194,11 @@ _NO_MINS: Final = np.zeros((1, 0), np.float32)
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32."""
     n, k = packed.qs.shape
-    big = n * k >= PARALLEL_THRESHOLD
+    work = (n * k) >> (24 - 17)  # split only products of PARALLEL_THRESHOLD weights and more
     if packed.format == "q8_0":
-        (_q8_rows_par if big else _q8_rows)(x, packed.qs, packed.d, out)
+        qs, d = packed.qs, packed.d
+        pool.parallel_for(n, lambda lo, hi: _q8_rows(x, qs, d, out, lo, hi), work=work,
+                          grain=16)
         return
     mins, xsum = packed.mins, _NO_MINS
     if mins is None:
@@ -223,24 +207,15 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
         # NOTE: the offsets meet the activation only through its sub-block sums.
         # (per sub-block of 32, or 16 for Q2_K)
         xsum = np.ascontiguousarray(x.reshape(x.shape[0], mins.shape[1], -1).sum(axis=-1))
-    (_qs_rows_par if big else _qs_rows)(x, packed.qs, packed.d, packed.shift, mins, xsum, out)
+    qs, d, shift = packed.qs, packed.d, packed.shift
+    pool.parallel_for(n, lambda lo, hi: _qs_rows(x, qs, d, shift, mins, xsum, out, lo, hi),
+                      work=work, grain=16)
 
 
 @jit()
-def _f32_rows(x: Any, w: Any, out: Any) -> None:
+def _f32_rows(x: Any, w: Any, out: Any, lo: int, hi: int) -> None:
     m_rows, k = x.shape
-    for n in range(w.shape[0]):
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            for j in range(k):
-                acc += x[m, j] * w[n, j]
-            out[m, n] = acc
-
-
-@jit(parallel=True)
-def _f32_rows_par(x: Any, w: Any, out: Any) -> None:
-    m_rows, k = x.shape
-    for n in prange(w.shape[0]):
+    for n in range(lo, hi):
         for m in range(m_rows):
             acc = np.float32(0.0)
             for j in range(k):
@@ -258,8 +233,8 @@ def gemv(x: Array, w: Array, out: Array) -> None:
     Why not BLAS: for a matrix-vector product OpenBLAS splits every call over all threads,
     and on a shared 2-core machine each split waits for a descheduled thread (a 3 MB GEMV took
     35 ms under load). One long reduction per output row streams the weight at memory speed;
-    only products large enough to pay for a fork/join use numba's pool.
+    only products large enough to pay for a hand-off are split over `pool`'s threads.
     """
     n, k = w.shape
-    kernel = _f32_rows_par if n * k >= PARALLEL_THRESHOLD else _f32_rows
-    kernel(x, w, out)
+    pool.parallel_for(n, lambda lo, hi: _f32_rows(x, w, out, lo, hi),
+                      work=(n * k) >> (24 - 17), grain=16)
