@@ -27,14 +27,43 @@ __all__ = ["Tokenizer", "char_tokenizer"]
 # llama.cpp's token types (tokenizer.ggml.token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-# Pre-tokenizer regexes of llama.cpp's byte-level BPE vocabularies (tokenizer.ggml.pre).
+# Pre-tokenizer regexes of llama.cpp's byte-level BPE vocabularies (tokenizer.ggml.pre), as
+# llama-vocab.cpp lists them: each regex splits the pieces of the one before (isolated matches).
 _LLAMA3_SPLIT: Final = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                         r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_SPLIT: Final = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                        r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_PRE_SPLITS: Final = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
-                      "smaug-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT,
-                      "deepseek-r1-qwen": _QWEN2_SPLIT}
+_GPT2_SPLIT: Final = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_CJK: Final = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+_DEEPSEEK_LLM_LETTERS: Final = (
+    "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293"
+    "\u0295-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a"
+    "\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556"
+    "\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b"
+    "\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d"
+    "\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+    "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4"
+    "\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128"
+    "\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184"
+    "\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b"
+    "\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17"
+    "\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+    "\U0001e900-\U0001e943]+")
+_PRE_SPLITS: Final[dict[str, tuple[str, ...]]] = {
+    **dict.fromkeys(("llama-bpe", "llama3", "smaug-bpe", "dbrx"), (_LLAMA3_SPLIT,)),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan"), (_QWEN2_SPLIT,)),
+    **dict.fromkeys(("gpt-2", "mpt", "olmo", "jais", "trillion"), (_GPT2_SPLIT,)),
+    **dict.fromkeys(("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
+                     "minerva-7b"), ("\\p{N}", _GPT2_SPLIT)),
+    "deepseek-llm": ("[\r\n]", _DEEPSEEK_LLM_LETTERS,
+                     "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+                     "\\s+$", _CJK, "\\p{N}+"),
+    "deepseek-coder": ("[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", _CJK, "\\p{N}"),
+    "falcon": ("[\\p{P}\\$\\+<=>\\^~\\|`]+", _GPT2_SPLIT, "[0-9][0-9][0-9]"),
+}
+#: the pre-tokenizer names omnitensor reproduces (llama.cpp's ``tokenizer.ggml.pre``).
+PRE_TOKENIZERS: Final = tuple(sorted(_PRE_SPLITS))
 _SPIECE: Final = "\u2581"  # SentencePiece's visible space
 
 
@@ -334,13 +363,16 @@ def _gpt2_backend(metadata: Mapping[str, Any], tokens: list[str]) -> _Backend:
         merges.append((parts[0], parts[1]))
     vocab = {token: i for i, token in enumerate(tokens)}
     backend = _Backend(models.BPE(vocab, merges, ignore_merges=False))
-    split = _PRE_SPLITS.get(str(metadata.get("tokenizer.ggml.pre", "gpt2")))
-    if split is None:
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        backend.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    pre = str(metadata.get("tokenizer.ggml.pre", "gpt-2"))
+    splits = _PRE_SPLITS.get(pre)
+    if splits is None:
+        log.warning("gguf tokenizer: pre-tokenizer %r is not one omnitensor knows (%s); "
+                    "splitting as GPT-2 does", pre, ", ".join(PRE_TOKENIZERS))
+        splits = (_GPT2_SPLIT,)
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        *(pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False)
+          for split in splits),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     backend.decoder = decoders.ByteLevel()
     return backend
 
