@@ -174,18 +174,41 @@ def _q8_rows(x: Any, qs: Any, d: Any, out: Any, lo: int, hi: int) -> None:
             out[m, n] = acc
 
 
-@jit()
-def _qs_rows(x: Any, qs: Any, d: Any, shift: int, mins: Any, xsum: Any, out: Any, lo: int,
-             hi: int) -> None:
+@jit(inline=True)
+def _qs_row(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, n: int, shift: int) -> None:
     m_rows, k = x.shape
+    for m in range(m_rows):
+        acc = np.float32(0.0)
+        for j in range(k):
+            acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
+        for b in range(mins.shape[1]):
+            acc -= xsum[m, b] * mins[n, b]
+        out[m, n] = acc
+
+
+# NOTE: one kernel per sub-block size: with the shift a compile-time constant the scale index
+# vectorizes (as a runtime value it made Q4_K/Q6_K ten times slower than Q8_0).
+
+
+@jit()
+def _qs_rows32(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+               hi: int) -> None:
     for n in range(lo, hi):
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            for j in range(k):
-                acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
-            for b in range(mins.shape[1]):
-                acc -= xsum[m, b] * mins[n, b]
-            out[m, n] = acc
+        _qs_row(x, qs, d, mins, xsum, out, n, 5)
+
+
+@jit()
+def _qs_rows_any(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
+                 shift: int) -> None:
+    for n in range(lo, hi):
+        _qs_row(x, qs, d, mins, xsum, out, n, shift)
+
+
+@jit()
+def _qs_rows16(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+               hi: int) -> None:
+    for n in range(lo, hi):
+        _qs_row(x, qs, d, mins, xsum, out, n, 4)
 
 
 _NO_MINS: Final = np.zeros((1, 0), np.float32)
@@ -208,8 +231,13 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
         # (per sub-block of 32, or 16 for Q2_K)
         xsum = np.ascontiguousarray(x.reshape(x.shape[0], mins.shape[1], -1).sum(axis=-1))
     qs, d, shift = packed.qs, packed.d, packed.shift
-    pool.parallel_for(n, lambda lo, hi: _qs_rows(x, qs, d, shift, mins, xsum, out, lo, hi),
-                      work=work, grain=16)
+    if shift in (4, 5):
+        kernel = _qs_rows32 if shift == 5 else _qs_rows16
+        pool.parallel_for(n, lambda lo, hi: kernel(x, qs, d, mins, xsum, out, lo, hi),
+                          work=work, grain=16)
+    else:
+        pool.parallel_for(n, lambda lo, hi: _qs_rows_any(x, qs, d, mins, xsum, out, lo, hi,
+                                                         shift), work=work, grain=16)
 
 
 @jit()
