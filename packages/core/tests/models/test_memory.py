@@ -54,3 +54,32 @@ def test_resident_memory_after_load_is_at_most_1_2x_the_file(tmp_path: Path,
     assert resident <= 1.2 * size, (resident / size, peak / size)
     out = model.generate("abc", max_new_tokens=3)  # and it runs
     assert len(out.token_ids) == 3
+
+
+def test_formats_a_backend_does_not_run_are_dequantized_at_load(
+        tmp_path: Path, make_llama: Any, monkeypatch: Any, caplog: Any) -> None:
+    """A backend that implements only some formats (cuda) still loads every file."""
+    from omnitensor.backend.registry import get_backend
+
+    checkpoint: Checkpoint = make_llama(hidden=256, ffn=512, layers=2, heads=4, kv_heads=2)
+    for name, value in list(checkpoint.weights.items()):
+        if value.ndim == 2:
+            checkpoint.weights[name] = QuantizedArray.quantize(
+                value, "q5_k" if name.startswith("blk.0.") else "q8_0")
+    path = export_gguf(checkpoint, tmp_path / "m.gguf")
+    backend = get_backend("ref")
+    refuse = backend.supports
+
+    def supports(inst: Any) -> str | None:
+        if inst.op == "qmatmul" and inst.attrs["format"] == "q5_k":
+            return "qmatmul: format 'q5_k' has no kernel here"
+        return refuse(inst)
+
+    monkeypatch.setattr(backend, "supports", supports)
+    with caplog.at_level("WARNING"):
+        model = load_model(path, backend)
+    assert "q5_k weights are dequantized to float32" in caplog.text
+    kinds = {n: type(w._node.types[w._index]).__name__ for n, w in model.model.weights.items()}
+    assert kinds["blk.0.attn_q.weight"] == "TensorType"
+    assert kinds["blk.1.attn_q.weight"] == "QTensorType"
+    assert len(model.generate("ab", max_new_tokens=2).token_ids) <= 2

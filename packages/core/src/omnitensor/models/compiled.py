@@ -8,6 +8,7 @@ plan. Encoders run one program per (batch, padded length) bucket.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..dtypes import float32, int32
 from ..errors import ShapeError
 from ..functional import overrides
 from ..io.weights import QuantizedArray
+from ..ir.types import QTensorType, TensorType
 from ..tensor.creation import arange
 from ..tensor.graph import Node
 from ..tensor.interop import from_numpy
@@ -59,6 +61,7 @@ class CompiledModel:
         self.runtime: dict[str, Any] = {**spec.runtime, **checkpoint.runtime}
         keep_quantized = quant_policy == "auto" and backend.capabilities().supports(
             "qmatmul", float32)
+        self._quantized_formats: dict[str, bool] = {}
         self.weights = {name: self._upload(name, value, keep_quantized)
                         for name, value in checkpoint.weights.items()}
         if not self.hparams.get("vocab_size") and "token_embd.weight" in self.weights:
@@ -69,9 +72,30 @@ class CompiledModel:
 
     # --- loading -------------------------------------------------------------------------------
 
+    def _runs_quantized(self, value: QuantizedArray) -> bool:
+        """Whether the backend runs `qmatmul` on this weight's format.
+
+        A backend may implement only some formats; the others are dequantized at load rather
+        than failing later.
+        """
+        if value.format not in self._quantized_formats:
+            from ..ir.builder import Builder
+
+            b = Builder()
+            x = b.input(TensorType((1, value.shape[-1]), float32))
+            w = b.input(QTensorType(value.format, (1, value.shape[-1])))
+            fn = b.build([b.emit("qmatmul", x, w, format=value.format)])
+            reason = self.backend.supports(fn.body[-1])
+            if reason is not None:
+                logging.getLogger(__name__).warning(
+                    "%s: %s weights are dequantized to float32 at load (%s)",
+                    self.backend.name, value.format, reason)
+            self._quantized_formats[value.format] = reason is None
+        return self._quantized_formats[value.format]
+
     def _upload(self, name: str, value: Any, keep_quantized: bool) -> Tensor:
         if isinstance(value, QuantizedArray):
-            if keep_quantized:
+            if keep_quantized and self._runs_quantized(value):
                 buffer = self.backend.upload(value.blocks)
                 # a backend may repack the blocks once, here, into a layout its kernels stream
                 prepared = prepare_weight(self.backend, name, buffer, value.type)
