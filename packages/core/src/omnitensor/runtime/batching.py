@@ -22,6 +22,7 @@ request's `Handle`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -161,9 +162,11 @@ class BatchEngine:
         max_batch: rows decoded together (requests beyond it wait).
         capacity: cache slots (default: the context length); prompt bucket plus
             ``max_new_tokens`` of each request must fit.
+        lock: held during each step (a server shares one between its models).
     """
 
-    def __init__(self, lm: Any, *, max_batch: int = 8, capacity: int | None = None) -> None:
+    def __init__(self, lm: Any, *, max_batch: int = 8, capacity: int | None = None,
+                 lock: threading.Lock | None = None) -> None:
         if max_batch < 1:
             raise _BadParam(f"max_batch must be >= 1 (got {max_batch})")
         self.lm = lm
@@ -183,6 +186,7 @@ class BatchEngine:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._inserter: Any = None
+        self._compute = lock if lock is not None else contextlib.nullcontext()
         #: decode steps and join steps run, and tokens generated (for benchmarks and tests)
         self.counters = {"decode_steps": 0, "join_steps": 0, "tokens": 0}
 
@@ -283,10 +287,11 @@ class BatchEngine:
         """One join (if a waiting request fits) or one decode step; nothing when idle."""
         self._drop_cancelled()
         joining = self._admit()
-        if joining:
-            self._join(joining)
-        elif any(r is not None for r in self._rows):
-            self._decode()
+        with self._compute:
+            if joining:
+                self._join(joining)
+            elif any(r is not None for r in self._rows):
+                self._decode()
 
     def _drop_cancelled(self) -> None:
         with self._lock:
