@@ -77,8 +77,8 @@ def test_export_matches_llama_cpp_quantize(tmp_path: Path, dtype: str, ftype: in
             np.testing.assert_array_equal(a, b, err_msg=name)
 
 
-def _qwen3_checkpoint() -> Any:
-    """A random 2-layer Qwen3 (q/k norms, explicit head size) over a character vocabulary."""
+def _checkpoint(arch: str) -> Any:
+    """A random 2-layer Qwen3 or Gemma (q/k norms, explicit head size) over characters."""
     import string
 
     from omnitensor.io.tokenizer import char_tokenizer
@@ -107,22 +107,35 @@ def _qwen3_checkpoint() -> Any:
             f"blk.{i}.ffn_up.weight": mat(ffn, hidden),
             f"blk.{i}.ffn_down.weight": mat(hidden, ffn),
         }
-    hparams = dict(arch="qwen3", context_length=64, embedding_length=hidden, block_count=2,
-                   feed_forward_length=ffn, head_count=heads, head_count_kv=kv,
-                   vocab_size=vocab, rope_freq_base=1000000.0, norm_epsilon=1e-6,
-                   head_dim=head_dim)
-    return Checkpoint("qwen3", hparams, weights, tokenizer)
+        if arch.startswith("gemma"):  # embeddings are scaled by sqrt(hidden): keep them small
+            weights["token_embd.weight"] = weights["token_embd.weight"] * np.float32(0.05)
+            weights |= {f"blk.{i}.post_attention_norm.weight": 1 + mat(hidden),
+                        f"blk.{i}.post_ffw_norm.weight": 1 + mat(hidden)}
+            if arch == "gemma2":
+                del weights[f"blk.{i}.attn_q_norm.weight"], weights[f"blk.{i}.attn_k_norm.weight"]
+    hparams: dict[str, Any] = dict(
+        arch=arch, context_length=64, embedding_length=hidden, block_count=2,
+        feed_forward_length=ffn, head_count=heads, head_count_kv=kv, vocab_size=vocab,
+        rope_freq_base=1000000.0, norm_epsilon=1e-6, head_dim=head_dim)
+    if arch == "gemma2":  # llama.cpp's fixed pattern: layer 0 slides
+        hparams |= dict(sliding_window=4, sliding_layers=[True, False],
+                        attn_logit_softcapping=20.0, final_logit_softcapping=15.0)
+    if arch == "gemma3":  # with 2 layers, both slide (llama.cpp: 5 of every 6)
+        hparams |= dict(sliding_window=4, sliding_layers=[True, True],
+                        rope_freq_base_swa=10000.0)
+    return Checkpoint(arch, hparams, weights, tokenizer)
 
 
 @pytest.mark.slow
-def test_llama_cpp_runs_exported_qwen3_like_omnitensor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3"])
+def test_llama_cpp_runs_exported_architectures_like_omnitensor(tmp_path: Path, arch: str) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     pytest.importorskip("omnitensor_backend_ref")
-    path = export_gguf(_qwen3_checkpoint(), tmp_path / "qwen3.gguf")
+    path = export_gguf(_checkpoint(arch), tmp_path / f"{arch}.gguf")
     ours = load_model(path, backend="ref")
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_threads=2, use_mmap=False,
                           verbose=False)
-    for prompt in ("hello world", "the cat sat", "a"):
+    for prompt in ("hello world", "the cat sat on the mat", "a"):
         ids = ours.tokenizer.encode(prompt)
         want = ours.generate(prompt, max_new_tokens=8).token_ids
         got: list[int] = []

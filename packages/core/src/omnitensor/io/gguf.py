@@ -449,6 +449,7 @@ _UINT32_SUFFIXES: Final = (
     ".attention.value_length", ".rope.dimension_count", ".vocab_size", "_token_id",
     "general.file_type", "general.quantization_version", "general.alignment",
     ".pooling_type", ".attention.causal", ".expert_count", ".expert_used_count",
+    ".attention.sliding_window",
 )
 _FILE_TYPES: Final = FILE_TYPES  # llama.cpp's llama_ftype by name (io.gguf_mix)
 
