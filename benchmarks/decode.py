@@ -155,7 +155,7 @@ class LlamaCppSystem:
         import llama_cpp
 
         n_ctx = max(256, 1 << (PROMPT + NEW).bit_length())
-        self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_threads=threads(),
+        self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads(),
                                    use_mmap=False, verbose=False, logits_all=False)
 
     def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:

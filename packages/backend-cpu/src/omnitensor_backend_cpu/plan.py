@@ -36,9 +36,11 @@ __all__ = ["Plan", "build_plan"]
 #: Buffers are aligned to cache lines (and AVX registers).
 _ALIGN: Final = 64
 
-#: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS (when
-#: the weight has at least twice `codegen.min_elements()`; below, numpy's matmul).
+#: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS, and
+#: the fewest weight elements for which that pays for loading numba (below, numpy's matmul, a
+#: few microseconds either way; `codegen.min_elements` 0 lifts it, as for every kernel).
 _GEMV_MAX_ROWS: Final = 4
+_GEMV_MIN_WEIGHT: Final = 1 << 20
 
 
 @dataclass
@@ -211,7 +213,7 @@ def _dot_step(inst: Instruction, index: int) -> Draft | None:
 
     # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
     matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
-              and n * k >= 2 * codegen.min_elements() and lid
+              and n * k >= (_GEMV_MIN_WEIGHT if codegen.min_elements() else 0) and lid
               and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
