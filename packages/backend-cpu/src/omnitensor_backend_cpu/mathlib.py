@@ -169,9 +169,12 @@ def erf32f(x: float) -> float:
 
 @_helper
 def logistic32f(x: float) -> float:
-    """1 / (1 + e**-x) of a float32 `x` in float32 arithmetic (tiny results flush to 0)."""
-    e = _exp_f32(min(max(-x, np.float32(-104.0)), np.float32(88.0)))
-    y = np.float32(1.0) / (np.float32(1.0) + e)
+    """1 / (1 + e**-x) of a float32 `x` in float32 arithmetic (3 ulp, denormal results too).
+
+    With e = e**-|x| (never overflows): 1 / (1 + e) for x >= 0, e / (1 + e) below.
+    """
+    e = _exp_f32(max(-abs(x), np.float32(-104.0)))
+    y = (np.float32(1.0) if x >= 0 else e) / (np.float32(1.0) + e)
     return x if x != x else y
 
 
