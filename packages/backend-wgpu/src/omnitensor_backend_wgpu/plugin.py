@@ -6,8 +6,13 @@ creates a device. The factory creates the one device of the process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from omnitensor.backend import Backend, BackendSpec, hookimpl
@@ -19,6 +24,34 @@ CONTRACT = 1
 _LAVAPIPE_ICD = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Capture what native code writes to fd 2 meanwhile and log it at DEBUG.
+
+    Vulkan loaders and drivers print to the process's stderr while adapters are enumerated
+    (``error: XDG_RUNTIME_DIR is invalid or not set``, several times): that is noise in every
+    omnitensor command, which probes wgpu to rank the backends even when it will not use it.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to redirect
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace").strip()
+            if text:
+                logging.getLogger(__name__).debug("native output while probing: %s", text)
+
+
 @functools.cache
 def _adapter() -> tuple[Any, Any] | str:
     """(adapter, info) of the best adapter, or the reason there is none (cached)."""
@@ -27,7 +60,8 @@ def _adapter() -> tuple[Any, Any] | str:
     except ImportError as exc:  # pragma: no cover - the package itself is broken
         return f"omnitensor_backend_wgpu cannot import: {exc}"
     try:
-        return find_adapter()
+        with _quiet_stderr():
+            return find_adapter()
     except ImportError as exc:
         return f"wgpu is not importable ({exc}); pip install wgpu"
     except RuntimeError as exc:
