@@ -172,6 +172,12 @@ def test_choice_logged_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_backend_names_match_case_insensitively(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.register_plugin(null_plugin("only", priority=5), "only")
+    monkeypatch.setenv("OMNITENSOR_BACKEND", "ONLY")
+    assert registry.current_backend_name() == "only"
+
+
 def test_warns_when_a_better_backend_cannot_run(caplog: pytest.LogCaptureFixture) -> None:
     registry.register_plugin(null_plugin("fast", priority=90, probe=lambda: "no device"), "fast")
     registry.register_plugin(null_plugin("slow", priority=5), "slow")

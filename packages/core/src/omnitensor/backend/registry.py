@@ -53,7 +53,8 @@ ENTRY_POINT_GROUP: Final = "omnitensor.backends"
 _WELL_KNOWN: Final = ("cpu", "cuda", "ref", "wgpu")
 _INSTALL_HINT: Final = (
     "pip install omnitensor-backend-cpu (portable, fast) or omnitensor-backend-ref (reference); "
-    "for GPUs omnitensor-backend-cuda or omnitensor-backend-wgpu"
+    "for GPUs omnitensor-backend-cuda or omnitensor-backend-wgpu (from a checkout of the "
+    "repository: pip install ./packages/backend-cpu, and so on)"
 )
 
 
@@ -359,7 +360,9 @@ class _Registry:
             known = difflib.get_close_matches(name, _WELL_KNOWN, n=1, cutoff=0.6)
             target = known[0] if known and known[0] != name else name
             hint = f"did you mean {target!r}? " if target != name else ""
-            remedy = f"{hint}pip install {distribution_for(target)}"
+            remedy = (f"{hint}pip install {distribution_for(target)}" + (
+                f" (from a checkout: pip install ./packages/backend-{target})"
+                if target in _WELL_KNOWN else ""))
         return BackendNotInstalledError(
             f"{source}backend {name!r} is not installed{listing}; {remedy}", backend=name
         )
@@ -378,7 +381,10 @@ class _Registry:
         self.discover()
         with self._lock:
             failures: list[tuple[str, str | None]] = []
-            for name in names:
+            for asked in names:
+                # names match case-insensitively: OMNITENSOR_BACKEND=CPU means cpu
+                name = asked if asked in self._entries else next(
+                    (n for n in self._entries if n.lower() == asked.lower()), asked)
                 entry = self._entries.get(name)
                 if entry is None:
                     failures.append((name, None))
