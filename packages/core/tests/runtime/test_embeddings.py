@@ -227,6 +227,7 @@ def test_padded_tokenizer_gives_the_same_embeddings_as_unpadded(tmp_path: Path) 
     np.testing.assert_allclose(padded, plain, atol=1e-6)
     single = np.concatenate([load_model(tmp_path / "padded").embed(t) for t in TEXTS[:2]])
     np.testing.assert_allclose(padded[:2], single, atol=1e-5)
+    assert load_model(tmp_path / "plain").embed([]).shape == (0, HIDDEN)
 
 
 def test_long_text_is_truncated_to_max_seq_length_with_a_warning(

@@ -247,7 +247,7 @@ class Encoder(LoadedModel):
             raise OmnitensorError(f"embed: batch_size must be >= 1 (got {batch_size})")
         items = [texts] if isinstance(texts, str) else list(texts)
         if not items:
-            return np.zeros((0, 0), np.float32)
+            return np.zeros((0, int(self.model.hparams.get("embedding_length", 0))), np.float32)
         runtime = self.model.runtime
         prefix = self._prompt(prompt_name, prompt)
         items = [prefix + t for t in items]
