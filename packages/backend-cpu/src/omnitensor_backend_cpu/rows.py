@@ -28,8 +28,8 @@ from omnitensor.dtypes import float32, float64
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
+from . import rowops
 from ._compat import jit, prange
-from .mathlib import exp32f
 
 PARALLEL_THRESHOLD = 1 << 17  # (this matcher goes when the composites' lowerings arrive)
 
@@ -80,11 +80,13 @@ def _match_softmax(div: Instruction, producers: dict[int, Instruction]) -> list[
     result = div.results[0].type
     assert isinstance(result, TensorType)
     shape = result.shape
-    if not shape or not _is_row_broadcast(sb, shape):
+    if not shape:
         return None
-    s = get(sb.operands[0].id)
     last = (len(shape) - 1,)
-    if s is None or s.op != "reduce_sum" or s.attrs["axes"] not in (last, (-1,)):
+    # NOTE: keepdims through broadcast dims or through a reshape (what F.softmax emits).
+    sum_chain: list[Instruction] = []
+    s = _strip(sb, producers, shape, sum_chain)
+    if not sum_chain or s is None or s.op != "reduce_sum" or s.attrs["axes"] not in (last, (-1,)):
         return None
     if s.operands[0].id != e.results[0].id:
         return None
@@ -92,15 +94,13 @@ def _match_softmax(div: Instruction, producers: dict[int, Instruction]) -> list[
     if d is None or d.op != "sub":
         return None
     x, mb = d.operands
-    mb_inst = get(mb.id)
-    if mb_inst is None or not _is_row_broadcast(mb_inst, shape):
-        return None
-    m = get(mb_inst.operands[0].id)
-    if m is None or m.op != "reduce_max" or m.attrs["axes"] not in (last, (-1,)):
+    max_chain: list[Instruction] = []
+    m = _strip(get(mb.id), producers, shape, max_chain)
+    if not max_chain or m is None or m.op != "reduce_max" or m.attrs["axes"] not in (last, (-1,)):
         return None
     if m.operands[0].id != x.id:
         return None
-    return [m, mb_inst, d, e, s, sb, div]
+    return [m, *reversed(max_chain), d, e, s, *reversed(sum_chain), div]
 
 
 def _literal(inst: Instruction | None, producers: dict[int, Instruction]) -> float | None:
@@ -371,75 +371,6 @@ def match_rows(function: Function) -> dict[int, RowMatch]:
 # --- kernels ------------------------------------------------------------------------------------
 
 
-@jit(inline=True)
-def _softmax_row_f32(x: Any, out: Any) -> None:
-    # NOTE: the max skips NaN, but a NaN (or an inf - inf) still reaches the sum through exp,
-    # and every output becomes NaN, as in the reference. (LLVM does not vectorize this max
-    # without `nnan`; the exp pass is the expensive one.) The exponentials are float32
-    # arithmetic, summed in float32 over chunks of 256 (a float64 accumulator keeps LLVM from
-    # vectorizing the loop) and the chunks in float64.
-    n = x.shape[0]
-    m = np.float32(-np.inf)
-    for j in range(n):
-        v = x[j]
-        m = v if v > m else m
-    total = 0.0
-    for start in range(0, n, 256):
-        part = np.float32(0.0)
-        for j in range(start, min(start + 256, n)):
-            e = exp32f(x[j] - m)
-            out[j] = e
-            part += e
-        total += np.float64(part)
-    inv = np.float32(total)
-    for j in range(n):
-        out[j] = out[j] / inv
-
-
-@jit(inline=True)
-def _softmax_row_f64(x: Any, out: Any) -> None:
-    n = x.shape[0]
-    m = -np.inf
-    nan = False
-    for j in range(n):
-        v = x[j]
-        nan |= v != v
-        m = v if v > m else m
-    if nan:
-        m = np.nan
-    total = 0.0
-    for j in range(n):
-        e = math.exp(x[j] - m)
-        out[j] = e
-        total += e
-    for j in range(n):
-        out[j] = out[j] / total
-
-
-@jit()
-def _softmax_f32(x: Any, out: Any) -> None:
-    for r in range(x.shape[0]):
-        _softmax_row_f32(x[r], out[r])
-
-
-@jit(parallel=True)
-def _softmax_f32_par(x: Any, out: Any) -> None:
-    for r in prange(x.shape[0]):
-        _softmax_row_f32(x[r], out[r])
-
-
-@jit()
-def _softmax_f64(x: Any, out: Any) -> None:
-    for r in range(x.shape[0]):
-        _softmax_row_f64(x[r], out[r])
-
-
-@jit(parallel=True)
-def _softmax_f64_par(x: Any, out: Any) -> None:
-    for r in prange(x.shape[0]):
-        _softmax_row_f64(x[r], out[r])
-
-
 @jit()
 def _rms_f32(x: Any, w: Any, out: Any, weighted: bool, div: bool, n: float, eps: float) -> None:
     cols = x.shape[1]
@@ -627,12 +558,6 @@ def row_step(match: RowMatch, index: int, draft: Any, owned: Any) -> Any:
     dtype = float32.np if result.dtype == float32 else float64.np
     cols = match.shape[-1]
     rows = math.prod(match.shape[:-1])
-    big = rows * cols >= PARALLEL_THRESHOLD and rows > 1
-    kernel: Callable[..., Any]
-    if dtype == float32.np:
-        kernel = _softmax_f32_par if big else _softmax_f32
-    else:
-        kernel = _softmax_f64_par if big else _softmax_f64
     x, out = match.x, match.out
     empty = rows * cols == 0
 
@@ -642,7 +567,7 @@ def row_step(match: RowMatch, index: int, draft: Any, owned: Any) -> Any:
         def step(slots: list[Any]) -> None:
             result = get(slots)
             if not empty:
-                kernel(slots[x].reshape(rows, cols), result.reshape(rows, cols))
+                rowops.softmax(slots[x].reshape(rows, cols), result.reshape(rows, cols))
             slots[out] = result
 
         return step
