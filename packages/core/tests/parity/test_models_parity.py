@@ -119,6 +119,19 @@ def _phi3() -> Any:
     return transformers.Phi3ForCausalLM(config).eval()
 
 
+def _llama3_scaled() -> Any:
+    """Llama 3.1's rotary scaling (small original context so that it changes the frequencies)."""
+    torch.manual_seed(9)
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 16},
+        **_config_kwargs())
+    return transformers.LlamaForCausalLM(config).eval()
+
+
 def _gemma_norms(model: Any) -> Any:
     with torch.no_grad():  # Gemma's norms start at zero (scale 1 + w): make them matter
         for name, p in model.named_parameters():
@@ -149,7 +162,8 @@ def _gemma3() -> Any:
 
 CAUSAL: dict[str, Callable[[], Any]] = {"llama": _llama, "qwen2": _qwen2, "gpt2": _gpt2,
                                         "qwen3": _qwen3, "mistral": _mistral, "phi3": _phi3,
-                                        "gemma2": _gemma2, "gemma3": _gemma3}
+                                        "gemma2": _gemma2, "gemma3": _gemma3,
+                                        "llama3": _llama3_scaled}
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +207,7 @@ def test_hf_logits_match(arch: str, hf_dirs: dict[str, tuple[Any, Path]]) -> Non
     model, path = hf_dirs[arch]
     lm = load_model(path, "ref")
     assert isinstance(lm, CausalLM)
-    assert lm.model.arch == {"mistral": "llama"}.get(arch, arch)
+    assert lm.model.arch == {"mistral": "llama", "llama3": "llama"}.get(arch, arch)
     for prompt in PROMPTS:
         ids = lm.tokenizer.encode(prompt)
         assert ids[0] == BOS
@@ -230,7 +244,7 @@ def test_batched_prompts_match_one_by_one(arch: str,
         assert gen.text == single.text
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "mistral", "phi3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "phi3", "gemma2", "gemma3", "llama3"])
 def test_exported_gguf_matches_transformers(arch: str, hf_dirs: dict[str, tuple[Any, Path]],
                                             tmp_path: Path) -> None:
     """The same model through GGUF (llama.cpp's names and metadata keys) gives the same logits."""
@@ -245,6 +259,9 @@ def test_exported_gguf_matches_transformers(arch: str, hf_dirs: dict[str, tuple[
         assert "blk.0.attn_q_norm.weight" in read_gguf(gguf_path).tensor_names
     elif arch == "mistral":
         assert metadata["llama.attention.sliding_window"] == 4
+    elif arch == "llama3":  # written as llama.cpp's converter does: per-frequency divisors
+        factors = read_gguf(gguf_path).load("rope_freqs.weight")
+        assert factors.shape == (16,) and factors.max() > 1.5
     lm = load_model(gguf_path, "ref")
     for prompt in PROMPTS:
         ids = lm.tokenizer.encode(prompt)

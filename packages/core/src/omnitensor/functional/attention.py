@@ -34,7 +34,8 @@ def rope_frequencies(head_dim: int, base: float = 10000.0,
     `scaling` (Hugging Face's ``rope_scaling``): ``{"type": "linear", "factor": f}`` divides
     positions by f; ``{"type": "ntk", "factor": f}`` raises the base (NTK-aware);
     ``{"type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
-    "original_max_position_embeddings"}`` is Llama 3's piecewise rule.
+    "original_max_position_embeddings"}`` is Llama 3's piecewise rule; ``{"type": "factors",
+    "factors": [...]}`` divides each frequency by its factor (llama.cpp's ``rope_freqs.weight``).
     """
     if head_dim % 2:
         raise ShapeError(f"rope: head_dim must be even (got {head_dim})", op="rope")
@@ -55,9 +56,16 @@ def rope_frequencies(head_dim: int, base: float = 10000.0,
         scaled = np.where(wavelen > old / low, inv / factor, inv)
         mid = (wavelen <= old / low) & (wavelen >= old / high)
         inv = np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    elif kind == "factors":
+        assert scaling is not None
+        factors = np.asarray(scaling.get("factors", ()), dtype=np.float64).reshape(-1)
+        if factors.shape != inv.shape:
+            raise ShapeError(f"rope: {factors.size} frequency factors for head_dim {head_dim} "
+                             f"(expected {inv.size})", op="rope")
+        inv = inv / factors
     elif kind not in ("default", "ntk"):
-        raise OmnitensorError(
-            f"rope: unknown scaling type {kind!r} (expected linear, ntk or llama3)", op="rope")
+        raise OmnitensorError(f"rope: unknown scaling type {kind!r} (expected linear, ntk, "
+                              "llama3 or factors)", op="rope")
     return inv
 
 

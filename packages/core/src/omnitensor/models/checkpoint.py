@@ -70,6 +70,11 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     if isinstance(pooling, int) and pooling in _GGUF_POOLING:
         runtime["pooling"] = _GGUF_POOLING[pooling]
     hparams = dataclasses.asdict(hp) | _gguf_attention_hparams(hp.arch, file.metadata)
+    factors = weights.pop("rope_freqs.weight", None)
+    if factors is not None:  # llama.cpp's per-frequency divisors (Llama 3.1's rope scaling)
+        array = factors.dequantize() if isinstance(factors, QuantizedArray) else factors
+        hparams["rope_scaling"] = {"type": "factors",
+                                   "factors": np.asarray(array, np.float64).reshape(-1).tolist()}
     return Checkpoint(hp.arch, hparams, weights, tokenizer, Path(path), runtime)
 
 
@@ -148,6 +153,10 @@ def _gguf_attention_hparams(arch: str, metadata: Any) -> dict[str, Any]:
         value = metadata.get(f"{arch}.{key}")
         if isinstance(value, int | float) and value > 0:
             out[key] = float(value)
+    if metadata.get(f"{arch}.rope.scaling.type") == "linear":
+        factor = metadata.get(f"{arch}.rope.scaling.factor")
+        if isinstance(factor, int | float) and factor > 0:
+            out["rope_scaling"] = {"type": "linear", "factor": float(factor)}
     scale = metadata.get(f"{arch}.attention.scale")
     if isinstance(scale, int | float) and scale > 0:
         out["attention_scale"] = float(scale)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import FormatError
 from ..io.gguf import write_gguf
 from ..io.names import HParams, gguf_metadata_from_hparams, to_gguf_tensor
@@ -65,6 +67,33 @@ def gguf_tokenizer_metadata(tokenizer: Any) -> dict[str, Any]:
     return out
 
 
+def _rope_scaling(hp: Mapping[str, Any], metadata: dict[str, Any],
+                  weights: dict[str, Array | QuantizedArray], hparams: HParams) -> None:
+    """Rotary scaling as llama.cpp's converter writes it.
+
+    Linear scaling becomes metadata keys; Llama 3's rule (and explicit factors) the
+    ``rope_freqs.weight`` divisors of each frequency.
+    """
+    scaling = hp.get("rope_scaling")
+    if not isinstance(scaling, Mapping):
+        return
+    kind = scaling.get("type", scaling.get("rope_type", "default"))
+    arch = hparams.arch
+    if kind == "linear":
+        metadata[f"{arch}.rope.scaling.type"] = "linear"
+        metadata[f"{arch}.rope.scaling.factor"] = float(scaling.get("factor", 1.0))
+    elif kind in ("llama3", "factors"):
+        from ..functional.attention import rope_frequencies
+
+        head_dim = int(hp.get("head_dim") or hparams.head_dim)
+        base = float(hparams.rope_freq_base)
+        plain = rope_frequencies(head_dim, base)
+        weights["rope_freqs.weight"] = (plain / rope_frequencies(head_dim, base, scaling)
+                                        ).astype(np.float32)
+    elif kind != "default":
+        raise FormatError(f"export: rope scaling {kind!r} has no GGUF form omnitensor writes")
+
+
 def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
                 tokenizer_metadata: Mapping[str, Any] | None = None,
                 name: str | None = None) -> Path:
@@ -107,6 +136,7 @@ def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
     elif checkpoint.tokenizer is not None:
         metadata.update(gguf_tokenizer_metadata(checkpoint.tokenizer))
     weights: dict[str, Array | QuantizedArray] = {}
+    _rope_scaling(checkpoint.hparams, metadata, weights, hparams)
     for n, v in checkpoint.weights.items():
         weights[n] = (to_gguf_tensor(hparams.arch, n, v, hparams) if isinstance(v, QuantizedArray)
                       else to_gguf_tensor(hparams.arch, n, v, hparams))
