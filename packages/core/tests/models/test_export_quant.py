@@ -90,3 +90,13 @@ def test_rows_that_do_not_fit_fall_back_like_llama_cpp() -> None:
     assert tensor_types(shapes, "q3_k")["blk.0.ffn_up.weight"] == "iq4_nl"
     assert tensor_types(shapes, "q6_k")["blk.0.ffn_up.weight"] == "q8_0"
     assert tensor_types(shapes, "q5_k")["blk.0.ffn_up.weight"] == "q5_1"
+
+
+def test_unsupported_longrope_gguf_is_an_error(tmp_path: Path, make_llama: Any) -> None:
+    from omnitensor.errors import FormatError
+
+    checkpoint = _llama(make_llama)
+    checkpoint.weights["rope_factors_long.weight"] = np.ones(8, np.float32)
+    path = export_gguf(checkpoint, tmp_path / "longrope.gguf")
+    with pytest.raises(FormatError, match="LongRoPE"):
+        load_model(path, "ref")

@@ -70,6 +70,9 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     if isinstance(pooling, int) and pooling in _GGUF_POOLING:
         runtime["pooling"] = _GGUF_POOLING[pooling]
     hparams = dataclasses.asdict(hp) | _gguf_attention_hparams(hp.arch, file.metadata)
+    if "rope_factors_long.weight" in weights:
+        raise FormatError(f"{path}: LongRoPE scaling (rope_factors_long/short, Phi-3 128k) is "
+                          "not supported", path=str(path))
     factors = weights.pop("rope_freqs.weight", None)
     if factors is not None:  # llama.cpp's per-frequency divisors (Llama 3.1's rope scaling)
         array = factors.dequantize() if isinstance(factors, QuantizedArray) else factors
