@@ -10,7 +10,6 @@ answer and keeps the chat open.
 from __future__ import annotations
 
 import argparse
-import queue
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -107,9 +106,8 @@ def _answer(engine: Any, ids: list[int], params: Any) -> tuple[str, str]:
     try:
         with busy("compiling (first answer at this length)") as first:
             while True:
-                try:
-                    event = handle._events.get(timeout=0.1)
-                except queue.Empty:
+                event = handle.get(timeout=0.1)  # a timeout keeps Ctrl-C responsive
+                if event is None:
                     continue
                 first.set()
                 parts.append(event.text)

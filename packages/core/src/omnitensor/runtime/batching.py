@@ -136,6 +136,13 @@ class Handle:
         else:
             self._events.put(event)
 
+    def get(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None after `timeout` seconds without one."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
     def __iter__(self) -> Iterator[Event]:
         """Events until the final one (blocks; needs a running engine or another driver)."""
         while True:
