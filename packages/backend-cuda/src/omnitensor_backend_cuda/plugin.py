@@ -35,7 +35,18 @@ def _device() -> dict[str, str] | str:
             return f"no CUDA device: cupy.is_available() is False ({count} device(s))"
         return device_facts(cupy, index)
     except Exception as exc:  # noqa: BLE001 - any CuPy/driver failure is the reason, never a crash
-        return f"no CUDA device: {type(exc).__name__}: {exc}"
+        return f"no CUDA device: {_explain(f'{type(exc).__name__}: {exc}')}"
+
+
+def _explain(error: str) -> str:
+    """CUDA's error with what it means here: "insufficient driver" is also "no driver at all"."""
+    if "InsufficientDriver" not in error:
+        return error
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda") is None:
+        return f"this machine has no NVIDIA driver (no libcuda; CUDA says {error})"
+    return f"the NVIDIA driver is older than this CUDA runtime needs; update it ({error})"
 
 
 def _probe() -> str | None:
