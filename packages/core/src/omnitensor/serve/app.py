@@ -109,6 +109,7 @@ def create_app(models: Mapping[str, LoadedModel], *, max_batch: int = 8,
         where = [str(p) for p in first.get("loc", ()) if p != "body"]
         if first.get("type") == "json_invalid":
             message = f"We could not parse the JSON body of your request: {first.get('msg')}"
+            where = []  # the location is a character offset, not a field
         else:
             message = f"{'.'.join(where) or 'body'}: {first.get('msg', 'invalid request')}"
         return JSONResponse(error_body(message, param=".".join(where) or None,
