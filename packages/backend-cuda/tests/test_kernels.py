@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnitensor.dtypes import ALL, INTEGER, bfloat16, float16, float32, float64
+from omnitensor.backend.codegen.rows import ROW_KINDS
+from omnitensor.dtypes import ALL, INTEGER, DType, bfloat16, float16, float32, float64
 from omnitensor.ir import all_ops, quant_blocks
 from omnitensor.ir.opdef import Trait
 from omnitensor_backend_cuda import indexing, kernels
@@ -25,7 +26,7 @@ def _all_sources() -> dict[str, str]:
         for dtype in all_ops()[op].dtypes:
             name, src = kernels.reduce_source(op, dtype)
             out[name] = src
-    for kind in ("softmax", "layer_norm", "rms_norm"):
+    for kind in ROW_KINDS:
         for dtype in FLOATS:
             name, src = kernels.row_source(kind, dtype)
             out[name] = src
@@ -95,7 +96,7 @@ def test_every_elementwise_template_x_dtype_compiles(nvcc: str) -> None:
 @pytest.fixture(scope="module")
 def host(nvcc: str) -> HostLibrary:
     """One host library (and PTX) of every kernel the logic tests below run."""
-    made = [kernels.row_source(k, float32) for k in ("softmax", "layer_norm", "rms_norm")]
+    made = [kernels.row_source(k, float32) for k in ROW_KINDS]
     made.append(kernels.attention_source(float32, 64))
     for fmt in kernels.QUANT_BLOCKS:
         made += [kernels.qmatmul_source(fmt, float32), kernels.dequantize_source(fmt, float32)]
@@ -125,7 +126,7 @@ def test_row_kernels_logic_on_host(host: HostLibrary) -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(size=(4, 77)).astype(np.float32)
     w, bias = rng.normal(size=77).astype(np.float32), rng.normal(size=77).astype(np.float32)
-    names = {k: kernels.row_source(k, float32) for k in ("softmax", "layer_norm", "rms_norm")}
+    names = {k: kernels.row_source(k, float32) for k in ROW_KINDS}
     lib = host
     eps = np.float64(1e-5).view(np.int64)
     out = {}
@@ -135,6 +136,10 @@ def test_row_kernels_logic_on_host(host: HostLibrary) -> None:
         out[kind] = y
     e = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(out["softmax"], e / e.sum(1, keepdims=True), rtol=1e-5)
+    shifted = x - x.max(1, keepdims=True)
+    np.testing.assert_allclose(out["log_softmax"],
+                               shifted - np.log(np.exp(shifted).sum(1, keepdims=True)),
+                               rtol=1e-5, atol=1e-6)
     mu, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
     np.testing.assert_allclose(out["layer_norm"], (x - mu) / np.sqrt(var + 1e-5) * w + bias,
                                rtol=1e-4, atol=1e-5)
@@ -159,3 +164,32 @@ def test_decode_attention_logic_on_host(host: HostLibrary) -> None:
     p = np.exp(scores - scores.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     np.testing.assert_allclose(y, np.einsum("hs,hsd->hd", p, vv), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [float32, float64])
+def test_elementwise_composite_templates_on_host(nvcc: str, dtype: DType) -> None:
+    import math
+
+    from omnitensor_backend_cuda.source import PRELUDE, Arg, thread_kernel
+
+    forms = {"gelu_erf": ("gelu", {"approximate": "none"}),
+             "gelu_tanh": ("gelu", {"approximate": "tanh"}), "silu": ("silu", {})}
+    ct, st = CUDA.compute_type(dtype), CUDA.storage_type(dtype)
+    sources = {}
+    for name, (op, attrs) in forms.items():
+        body = (f"  {ct} v = {CUDA.load(dtype, 'x[t]')};\n"
+                f"  y[t] = {CUDA.store(dtype, CUDA.expr(op, dtype, ['v'], attrs, dtype))};")
+        kernel = f"ot_test_{name}_{dtype.name}"
+        sources[kernel] = PRELUDE + thread_kernel(kernel, [Arg("x", f"const {st}*"),
+                                                          Arg("y", f"{st}*")], body)
+    lib = compile_checked(sources)
+    x = np.linspace(-6, 6, 101).astype(dtype.np)
+    erf = np.vectorize(math.erf)(x.astype(np.float64) / math.sqrt(2))
+    k = math.sqrt(2 / math.pi)
+    want = {"gelu_erf": 0.5 * x * (1 + erf),
+            "gelu_tanh": 0.5 * x * (1 + np.tanh(k * (x + 0.044715 * x ** 3))),
+            "silu": x / (1 + np.exp(-x.astype(np.float64)))}
+    for name in forms:
+        y = np.zeros_like(x)
+        lib.launch(f"ot_test_{name}_{dtype.name}", x.size, [0], [x, y])
+        np.testing.assert_allclose(y, want[name], rtol=1e-5, atol=1e-6)

@@ -10,29 +10,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, final
 
 import numpy as np
 
 from omnitensor.backend import Backend, Capabilities, Executable
-from omnitensor.dtypes import ALL, DType, as_dtype, bfloat16
-from omnitensor.ir import Function, Instruction, OpDef, all_ops
+from omnitensor.dtypes import DType, as_dtype, bfloat16
+from omnitensor.ir import Function, Instruction, OpDef
 from omnitensor.ir.types import TensorType
 from omnitensor.ir.verify import verify
 
 from ._compat import as_strided, device_facts, import_cupy, selected_device
-from .kernels import MAX_RANK, QUANT_BLOCKS
+from .kernels import MAX_RANK
 from .lower import Lowered, Step, lower, row_major
+from .table import LOWERINGS
 
-__all__ = ["SUPPORTED_OPS", "CudaBackend", "CudaBuffer", "CudaExecutable"]
+__all__ = ["CudaBackend", "CudaBuffer", "CudaExecutable", "supports"]
 
 logger = logging.getLogger(__name__)
 Array = np.ndarray[Any, Any]
-
-#: Ops without a CUDA lowering: declared unsupported (UnsupportedError before any work).
-UNSUPPORTED_OPS: Final[frozenset[str]] = frozenset()
-#: Every other declared op runs, for every dtype its declaration allows.
-SUPPORTED_OPS: Final = frozenset(all_ops()) - UNSUPPORTED_OPS
 
 
 @final
@@ -107,35 +103,15 @@ class CudaBackend(Backend):
     # --- capabilities -----------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        """Every op but `UNSUPPORTED_OPS`, for every declared dtype; strided buffers."""
+        """The ops and composites of the lowering table, in its dtypes; strided buffers."""
         if self._capabilities is None:
-            ops: dict[str, frozenset[DType]] = {}
-            for name, opdef in all_ops().items():
-                if name in SUPPORTED_OPS:
-                    declared = set(opdef.dtypes)
-                    for spec in opdef.operands:
-                        declared.update(spec.dtypes or ())
-                    ops[name] = frozenset(declared & set(ALL))
-            self._capabilities = Capabilities(ops=ops, strided_inputs=True,
-                                              notes=dict(self.facts))
+            self._capabilities = Capabilities(ops=dict(LOWERINGS.capabilities()),
+                                              strided_inputs=True, notes=dict(self.facts))
         return self._capabilities
 
     def supports(self, inst: Instruction) -> str | None:
-        """None when the op has a lowering and every tensor has rank <= 8."""
-        if inst.op not in SUPPORTED_OPS:
-            return f"{inst.op} has no CUDA kernel in backend 'cuda'"
-        if inst.op in ("qmatmul", "dequantize") and inst.attrs["format"] not in QUANT_BLOCKS:
-            return (f"{inst.op}: format {inst.attrs['format']!r} has no CUDA kernel in backend "
-                    f"'cuda' (it has {', '.join(QUANT_BLOCKS)})")
-        if inst.op == "custom_call":
-            for inner in inst.attrs["decomposition"].body:
-                reason = self.supports(inner)
-                if reason is not None:
-                    return reason
-        for value in (*inst.operands, *inst.results):
-            if isinstance(value.type, TensorType) and len(value.type.shape) > MAX_RANK:
-                return f"{inst.op}: rank {len(value.type.shape)} exceeds {MAX_RANK}"
-        return None
+        """None when the table lowers the instruction and every tensor has rank <= 8."""
+        return supports(inst)
 
     # --- buffers ----------------------------------------------------------------------------
 
@@ -252,6 +228,22 @@ class CudaBackend(Backend):
     def close(self) -> None:
         """Return the pool's free blocks to the driver."""
         self.cp.get_default_memory_pool().free_all_blocks()
+
+
+def supports(inst: Instruction) -> str | None:
+    """Why the CUDA lowering cannot run `inst` (no lowering, a dtype, rank > 8), or None."""
+    reason = LOWERINGS.supports(inst)
+    if reason is not None:
+        return f"{reason} in backend 'cuda'"
+    if inst.op == "custom_call":
+        for inner in inst.attrs["decomposition"].body:
+            reason = supports(inner)
+            if reason is not None:
+                return reason
+    for value in (*inst.operands, *inst.results):
+        if isinstance(value.type, TensorType) and len(value.type.shape) > MAX_RANK:
+            return f"{inst.op}: rank {len(value.type.shape)} exceeds {MAX_RANK}"
+    return None
 
 
 def _element_strides(buffer: Any) -> tuple[int, ...]:

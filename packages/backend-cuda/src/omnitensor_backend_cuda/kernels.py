@@ -155,7 +155,7 @@ def reduce_source(op: str, dtype: DType) -> tuple[str, str]:
 def row_source(kind: str, dtype: DType) -> tuple[str, str]:
     """Row kernels over the last axis of a dense [rows, L] input: a warp per row.
 
-    kinds: ``softmax`` (online max/sum), ``layer_norm`` (Welford mean/variance, optional
+    kinds: ``softmax`` and ``log_softmax`` (online max/sum), ``layer_norm`` (Welford mean/variance, optional
     weight/bias) and ``rms_norm`` (optional weight). P layout: [rows, L, eps as double bits,
     has_weight, has_bias]. Statistics are kept in float (double for float64).
     """
@@ -169,7 +169,7 @@ def row_source(kind: str, dtype: DType) -> tuple[str, str]:
     sqrt = "sqrt" if acc == "double" else "sqrtf"
     args = [Arg("x", f"const {st}*"), Arg("w", f"const {st}*"), Arg("b", f"const {st}*"),
             Arg("y", f"{st}*")]
-    if kind == "softmax":
+    if kind in ("softmax", "log_softmax"):
         state = [(acc, "m", 1), (acc, "s", 1)]
         partial = (f"{head}  s.m = -({acc})INFINITY; s.s = 0;\n{loop}    {acc} v = {x};\n"
                    f"    if (v > s.m) {{ s.s = s.s * {exp}(s.m - v) + 1; s.m = v; }}\n"
@@ -178,8 +178,9 @@ def row_source(kind: str, dtype: DType) -> tuple[str, str]:
                    f"  {acc} sa = a.s == 0 ? 0 : a.s * {exp}(a.m - m);\n"
                    f"  {acc} sb = b.s == 0 ? 0 : b.s * {exp}(b.m - m);\n"
                    f"  a.m = m; a.s = sa + sb;")
-        finish = (f"{head}{loop}    y[row * L + j] = {CUDA.store(dtype, f'{exp}({x} - s.m) / s.s')};"
-                  f"\n  }}")
+        log = "log" if acc == "double" else "logf"
+        value = f"({x} - s.m) - {log}(s.s)" if kind == "log_softmax" else f"{exp}({x} - s.m) / s.s"
+        finish = f"{head}{loop}    y[row * L + j] = {CUDA.store(dtype, value)};\n  }}"
     elif kind == "layer_norm":
         state = [(acc, "n", 1), (acc, "mean", 1), (acc, "m2", 1)]
         partial = (f"{head}  s.n = 0; s.mean = 0; s.m2 = 0;\n{loop}    {acc} v = {x};\n"

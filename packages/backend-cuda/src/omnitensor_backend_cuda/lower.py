@@ -10,12 +10,15 @@ int64 parameters) is decided here, once per program; running is a loop over `Ste
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
+import numpy as np
+
 from omnitensor.backend.codegen import KernelLowering, reduce_params, tensor_type
-from omnitensor.dtypes import DType, bfloat16, float16, float32, uint8
-from omnitensor.errors import UnsupportedError
+from omnitensor.backend.codegen.rows import register_rows
+from omnitensor.dtypes import DType, bfloat16, float16, float32, float64, uint8
+from omnitensor.ir.opdef import OpView
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import QTensorType, TensorType, Value
 
@@ -23,6 +26,7 @@ from . import fusion, kernels, lower_ops
 from .kernels import MAX_RANK, QUANT_BLOCKS
 from .plan import Iota, Lowered, Node, Start, Step, View, kernel_name, row_major, words
 from .source import CUDA, PRELUDE, Arg, thread_kernel
+from .table import LOWERINGS, declared_dtypes
 
 __all__ = ["Lowered", "Step", "View", "lower", "row_major"]
 
@@ -40,6 +44,8 @@ class _Lower(KernelLowering):
         if step.n > 0:
             self.out.steps.append(step)
 
+    # NOTE: until the functionals emit composites, the matcher of `fusion` finds their
+    # decompositions; then the row composites reach `rows` through the table and it goes.
     def count(self, fn: Function) -> None:
         super().count(fn)
         for match in fusion.find(fn):
@@ -189,16 +195,6 @@ class _Lower(KernelLowering):
         self.lower(fn, inputs)
         return self.out
 
-    def lower_inst(self, inst: Instruction) -> list[View]:
-        method = _HANDLERS.get(inst.op)
-        if method is not None:
-            return method(self, inst)
-        handler = lower_ops.HANDLERS.get(inst.op)
-        if handler is None:
-            raise UnsupportedError(f"{inst.op}: no CUDA kernel (backend 'cuda')",
-                                   op=inst.op, backend="cuda")
-        return handler(self, inst.operands, dict(inst.attrs), inst.results)
-
     # --- kernels ----------------------------------------------------------------------------
 
     def reduction(self, op: str, x: View, axes: Sequence[int], res: TensorType) -> View:
@@ -246,13 +242,52 @@ class _Lower(KernelLowering):
         return [out]
 
 
-#: op -> the `_Lower` method lowering it.
-_HANDLERS: Final[dict[str, Callable[[_Lower, Instruction], list[View]]]] = {
-    **dict.fromkeys(("reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "argmax",
-                     "argmin"), _Lower.reduce),
-    "concatenate": _Lower.concatenate, "dot_general": _Lower.dot_general,
-    "dequantize": _Lower.dequantize, "qmatmul": _Lower.qmatmul,
-}
+    def rows(self, kind: str, x: Value, weight: Value | None, bias: Value | None, eps: float,
+             axes: int = 1) -> View:
+        """One warp-per-row kernel (`kernels.row_source`) over the trailing `axes` of x."""
+        xv = self.dense(x)
+        shape = xv.shape
+        length = math.prod(shape[len(shape) - axes:])
+        rows = math.prod(shape) // length if length else 0
+        out = self.new_slot(shape, xv.dtype)
+        w = self.dense(weight) if weight is not None else xv
+        b = self.dense(bias) if bias is not None else xv
+        name, source = kernels.row_source(kind, xv.dtype)
+        params = [rows, length, int(np.float64(eps).view(np.int64)), int(weight is not None),
+                  int(bias is not None)]
+        self.emit(Step("warp", name, source, [xv.slot, w.slot, b.slot, out.slot], params, rows))
+        return out
+
+
+_Lower.table = LOWERINGS
+lower_ops.register()
+_ROW_DTYPES: Final = (float16, bfloat16, float32, float64)
+
+
+@LOWERINGS.register("dot_general", dtypes=declared_dtypes("dot_general"))
+def _dot_general(lw: _Lower, view: OpView) -> list[View]:
+    return lw.dot_general(view.inst)
+
+
+def _known_format(view: OpView) -> str | None:
+    fmt = view.inst.attrs["format"]
+    if fmt not in QUANT_BLOCKS:
+        return (f"{view.inst.op}: format {fmt!r} has no CUDA kernel in backend 'cuda' (it has "
+                f"{', '.join(QUANT_BLOCKS)})")
+    return None
+
+
+@LOWERINGS.register("dequantize", dtypes=declared_dtypes("dequantize"), when=_known_format)
+def _dequantize(lw: _Lower, view: OpView) -> list[View]:
+    return lw.dequantize(view.inst)
+
+
+@LOWERINGS.register("qmatmul", dtypes=declared_dtypes("qmatmul"), when=_known_format)
+def _qmatmul(lw: _Lower, view: OpView) -> list[View]:
+    return lw.qmatmul(view.inst)
+
+
+register_rows(LOWERINGS, _ROW_DTYPES)
 
 
 def lower(fn: Function, layouts: Sequence[tuple[tuple[int, ...], int] | None] = ()) -> Lowered:

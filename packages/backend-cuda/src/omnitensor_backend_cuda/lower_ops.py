@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any
 
 from omnitensor.dtypes import bfloat16, float16, float32
+from omnitensor.ir.opdef import OpView
 from omnitensor.ir.types import TensorType, Value
 
 from . import indexing
 from .plan import Lowering, Node, Start, Step, View, row_major, words
+from .table import LOWERINGS, declared_dtypes
 
-__all__ = ["HANDLERS"]
+__all__ = ["register"]
 
 Handler = Callable[[Lowering, Sequence[Value], dict[str, Any], Sequence[Value]], list[View]]
 
@@ -169,9 +171,20 @@ def _rng(lw: Lowering, o: Sequence[Value], a: dict[str, Any], r: Sequence[Value]
     return [out]
 
 
-#: op name -> handler.
-HANDLERS: Final[dict[str, Handler]] = {
-    "gather": _gather, "scatter_add": _scatter_add, "dynamic_slice": _dynamic_slice,
-    "dynamic_update_slice": _dynamic_update_slice, "pad": _pad, "cumsum": _cumsum,
-    "sort": _sort, "top_k": _top_k, "rng": _rng,
-}
+def _entry(handler: Handler) -> Callable[[Lowering, OpView], list[View]]:
+    def lowering(lw: Lowering, view: OpView) -> list[View]:
+        inst = view.inst
+        return handler(lw, inst.operands, dict(inst.attrs), inst.results)
+
+    return lowering
+
+
+def register() -> None:
+    """Register the data-dependent ops into the CUDA lowering table."""
+    handlers: dict[str, Handler] = {
+        "gather": _gather, "scatter_add": _scatter_add, "dynamic_slice": _dynamic_slice,
+        "dynamic_update_slice": _dynamic_update_slice, "pad": _pad, "cumsum": _cumsum,
+        "sort": _sort, "top_k": _top_k, "rng": _rng,
+    }
+    for name, handler in handlers.items():
+        LOWERINGS.register(name, dtypes=declared_dtypes(name))(_entry(handler))

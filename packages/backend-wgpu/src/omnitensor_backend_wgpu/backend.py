@@ -12,40 +12,26 @@ import logging
 import math
 import weakref
 from collections.abc import Sequence
-from typing import Any, Final, final
+from typing import Any, final
 
 import numpy as np
 
 from omnitensor.backend import Backend, Capabilities, Executable
 from omnitensor.dtypes import DType, bool_, float16, float32, int32, uint32
 from omnitensor.errors import UnsupportedError
-from omnitensor.ir import Function, Instruction, all_ops
+from omnitensor.ir import Function, Instruction
 from omnitensor.ir.types import TensorType
 from omnitensor.ir.verify import verify
 
 from ._compat import AdapterInfo, Device, find_adapter
 from .kernels import MAX_RANK
 from .lower import Lowered, lower, pack_params, storage_nbytes
+from .table import LOWERINGS, dtypes_for
 
 __all__ = ["WgpuBackend", "WgpuBuffer", "WgpuExecutable"]
 
 logger = logging.getLogger(__name__)
 Array = np.ndarray[Any, Any]
-
-#: Ops with WGSL kernels, by family. Everything else is declared unsupported.
-_FLOAT_ONLY: Final = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "logistic",
-                      "sin", "cos", "erf", "atan2", "floor", "ceil", "round")
-_NUMERIC: Final = ("neg", "abs", "sign", "add", "sub", "mul", "div", "rem", "max", "min",
-                   "clamp", "reduce_sum", "reduce_prod", "argmax", "argmin", "cumsum",
-                   "dot_general", "iota")
-_LOGIC: Final = ("not", "and", "or", "xor")
-_ALL: Final = ("eq", "ne", "lt", "le", "gt", "ge", "select", "convert", "bitcast", "reshape",
-               "broadcast_in_dim", "transpose", "slice", "concatenate", "pad", "reverse",
-               "reduce_max", "reduce_min", "constant", "gather", "dynamic_slice",
-               "dynamic_update_slice", "custom_call")
-#: Integer-only ops (pow on floats needs an extended-precision log to meet its budget).
-_INT_ONLY: Final = ("pow",)
-
 
 class _Pool:
     """Device buffers by power-of-two size class, reused after their owners are gone."""
@@ -138,24 +124,11 @@ class WgpuBackend(Backend):
         return base + ((float16,) if self.device.info.shader_f16 else ())
 
     def capabilities(self) -> Capabilities:
-        """The honest (op, dtype) table; see the module docstring of `backend`."""
+        """The lowering table's (op, dtype) pairs the adapter can hold."""
         if self._capabilities is None:
             native = set(self.dtypes)
-            ops: dict[str, frozenset[DType]] = {}
-            for name, opdef in all_ops().items():
-                if name in _FLOAT_ONLY:
-                    wanted = {float32, float16}
-                elif name in _NUMERIC or name in _LOGIC or name in _ALL:
-                    wanted = set(native)
-                elif name in _INT_ONLY:
-                    wanted = {int32, uint32}
-                else:
-                    continue
-                declared = set(opdef.dtypes)
-                for spec in opdef.operands:
-                    declared.update(spec.dtypes or ())
-                ops[name] = frozenset(wanted & native & declared)
-            ops["rng"] = frozenset(native & {float32, float16, uint32})
+            ops = {name: frozenset(dtypes & native)
+                   for name, dtypes in LOWERINGS.capabilities().items()}
             info = self.device.info
             self._capabilities = Capabilities(
                 ops=ops, strided_inputs=False,
@@ -164,10 +137,10 @@ class WgpuBackend(Backend):
         return self._capabilities
 
     def supports(self, inst: Instruction) -> str | None:
-        """None when every operand/result dtype is native, ranks <= 8, sizes fit a binding."""
-        caps = self.capabilities()
-        if inst.op not in caps.ops:
-            return f"{inst.op} has no WGSL kernel in backend 'wgpu'"
+        """None when the table lowers it, every dtype is native, ranks <= 8, sizes fit."""
+        reason = LOWERINGS.supports(inst)
+        if reason is not None:
+            return f"{reason} in backend 'wgpu'"
         if inst.op == "custom_call":
             for inner in inst.attrs["decomposition"].body:
                 reason = self.supports(inner)
@@ -186,21 +159,13 @@ class WgpuBackend(Backend):
             if storage_nbytes(t.shape, t.dtype) > self.device.max_binding_size:
                 return (f"{inst.op}: a {t} buffer exceeds the adapter's storage binding limit "
                         f"({self.device.max_binding_size} bytes)")
-        main = inst.operands[1] if inst.op == "select" else (
-            inst.operands[0] if inst.operands else inst.results[0])
-        dtype = main.type.dtype  # type: ignore[union-attr]
-        if inst.op == "rng":
+        if inst.op in ("rng", "convert", "bitcast", "gather", "dynamic_slice",
+                       "dynamic_update_slice", "iota", "select"):
+            # NOTE: these are named by their operands but run in their result's dtype
             dtype = inst.results[0].type.dtype  # type: ignore[union-attr]
-            if inst.attrs["distribution"] == "normal":
-                return "rng: the normal distribution is not supported by backend 'wgpu'"
-        if inst.op in ("convert", "bitcast"):
-            dtype = inst.results[0].type.dtype  # type: ignore[union-attr]
-            if inst.op == "bitcast" and bool_ in (dtype, main.type.dtype):  # type: ignore[union-attr]
-                return "bitcast: bool has no 8-bit storage on backend 'wgpu'"
-        if inst.op in ("gather", "dynamic_slice", "dynamic_update_slice", "iota", "select"):
-            dtype = inst.results[0].type.dtype  # type: ignore[union-attr]
-        if dtype not in caps.ops[inst.op]:
-            return f"{inst.op} on {dtype} is not supported by backend 'wgpu'"
+            allowed = (float32, float16, uint32) if inst.op == "rng" else dtypes_for(inst.op)
+            if dtype not in allowed:
+                return f"{inst.op} on {dtype} is not supported by backend 'wgpu'"
         return None
 
     # --- buffers --------------------------------------------------------------------------------

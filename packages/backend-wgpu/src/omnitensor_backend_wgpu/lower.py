@@ -3,7 +3,7 @@
 The walk is the core's (`omnitensor.backend.codegen.KernelLowering`: views, fused elementwise
 chains with broadcasts, `iota` and `rng` as leaves, slots); this module prints fused chains as
 WGSL kernels and lowers the other ops to the kernels of `kernels`. Softmax / layer norm / RMS
-norm decompositions become one row kernel each (see `rows`).
+norm composites become one row kernel each (see `rows`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from omnitensor.backend.codegen import (
     Iota,
@@ -25,14 +25,17 @@ from omnitensor.backend.codegen import (
     tensor_type,
     words,
 )
+from omnitensor.backend.codegen.rows import register_rows
 from omnitensor.backend.codegen.wgsl import WGSL
 from omnitensor.dtypes import DType, bool_, float16, uint32
 from omnitensor.errors import UnsupportedError
+from omnitensor.ir.opdef import OpView
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType, Value
 
 from . import kernels, rows
 from .kernels import PARAM_WORDS, THREEFRY, prelude
+from .table import FLOATS, LOWERINGS, dtypes_for
 
 __all__ = ["Lowered", "Step", "View", "lower", "row_major", "storage_nbytes"]
 
@@ -118,6 +121,8 @@ class _Lower(KernelLowering):
     def output(self, value: Value) -> View:
         return self.dense(value)
 
+    # NOTE: until the functionals emit composites, `rows.match_rows` finds their
+    # decompositions; then the row composites reach `rows` through the table and it goes.
     def body(self, fn: Function) -> None:
         found = rows.match_rows(fn.body, fn.outputs)
         for pattern in found.values():
@@ -129,22 +134,14 @@ class _Lower(KernelLowering):
         if id(inst) in self.skipped:
             return
         pattern = self.fused.get(id(inst))
-        if pattern is not None:
-            self.env[id(inst.result)] = self.row_kernel(pattern)
-        elif inst.op == "rng":
-            res = tensor_type(inst.result)
-            self.env[id(inst.result)] = Rng(self.view(inst.operands[0]), res.dtype,
-                                            inst.attrs["distribution"], inst.attrs["stream"],
-                                            res.shape)
-        else:
+        if pattern is None:
             super().instruction(inst)
-
-    def lower_inst(self, inst: Instruction) -> list[View]:
-        method = _HANDLERS.get(inst.op)
-        if method is None:
-            raise UnsupportedError(f"{inst.op}: no WGSL kernel (backend 'wgpu')",
-                                   op=inst.op, backend="wgpu")
-        return method(self, inst)
+            return
+        extras = [v for v in (pattern.weight, pattern.bias) if v is not None]
+        self.env[id(inst.result)] = self.row_kernel(
+            pattern.kind, self.view(pattern.x), [self.view(v) for v in extras],
+            pattern.scales, pattern.eps, weight=pattern.weight is not None,
+            bias=pattern.bias is not None)
 
     # --- fused elementwise kernels --------------------------------------------------------------
 
@@ -228,19 +225,37 @@ class _Lower(KernelLowering):
 
     # --- kernels --------------------------------------------------------------------------------
 
-    def row_kernel(self, pattern: rows.RowPattern) -> View:
-        """One fused softmax / layer norm / RMS norm kernel (see `rows`)."""
-        x = self.view(pattern.x)
-        extras = [self.view(v) for v in (pattern.weight, pattern.bias) if v is not None]
+    def rows(self, kind: str, x: Value, weight: Value | None, bias: Value | None, eps: float,
+             axes: int = 1) -> View:
+        """A row composite over the trailing `axes` of x (weight/bias: vectors along a row)."""
+        xv = self.view(x) if axes == 1 else self.dense(x)
+        outer = xv.shape[:len(xv.shape) - axes]
+        length = math.prod(xv.shape[len(outer):])
+        flat = View(xv.slot, xv.dtype, (*outer, length), row_major((*outer, length)), xv.offset)
+        if axes == 1:  # one normalized axis: any strides (several: rows of a dense copy)
+            flat = xv
+        extras = []
+        for v in (weight, bias):
+            if v is not None:
+                d = self.dense(v)  # spread along the rows: stride 0 over the leading dims
+                extras.append(View(d.slot, d.dtype, flat.shape, (0,) * len(outer) + (1,),
+                                   d.offset))
+        mean = (float(length), False)
+        out = self.row_kernel(kind, flat, extras, (mean, mean), eps, weight=weight is not None,
+                              bias=bias is not None)
+        return View(out.slot, out.dtype, xv.shape, row_major(xv.shape))
+
+    def row_kernel(self, kind: str, x: View, extras: list[View],
+                   scales: tuple[tuple[float, bool], tuple[float, bool]], eps: float, *,
+                   weight: bool, bias: bool) -> View:
+        """One row kernel (`rows.row_source`) over the last axis of x (extras: x's shape)."""
         out = self.new_slot(x.shape, x.dtype)
         n_rows = math.prod(x.shape[:-1])
         views = [(v.offset, v.strides[-1], v.strides[:-1]) for v in (x, *extras)]
-        params = rows.row_params(n_rows, x.shape[-1], x.shape[:-1], pattern.scales,
-                                 pattern.eps, views)
-        source = rows.row_source(pattern.kind, x.dtype, weight=pattern.weight is not None,
-                                 bias=pattern.bias is not None)
-        self.emit(Step(pattern.kind, source, [x.slot, *[v.slot for v in extras], out.slot],
-                       params, _rows_groups(n_rows, self.max_groups)))
+        params = rows.row_params(n_rows, x.shape[-1], x.shape[:-1], scales, eps, views)
+        self.emit(Step(kind, rows.row_source(kind, x.dtype, weight=weight, bias=bias),
+                       [x.slot, *[v.slot for v in extras], out.slot], params,
+                       _rows_groups(n_rows, self.max_groups)))
         return out
 
     def reduction(self, op: str, x: View, axes: Sequence[int], res: TensorType) -> View:
@@ -323,14 +338,33 @@ class _Lower(KernelLowering):
                             tensor_type(inst.result), params)
 
 
-#: op -> the `_Lower` method lowering it.
-_HANDLERS: Final[dict[str, Callable[[_Lower, Instruction], list[View]]]] = {
-    **dict.fromkeys(("reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "argmax",
-                     "argmin"), _Lower.reduce),
-    "concatenate": _Lower.concatenate, "dot_general": _Lower.dot_general,
-    "cumsum": _Lower.cumsum, "gather": _Lower.gather, "dynamic_slice": _Lower.dynamic_slice,
-    "dynamic_update_slice": _Lower.dynamic_update_slice, "pad": _Lower.pad,
-}
+_Lower.table = LOWERINGS
+
+
+def _method(name: str) -> Callable[[_Lower, OpView], list[Any]]:
+    method = getattr(_Lower, name)
+    return lambda lw, view: method(lw, view.inst)
+
+
+for _name in ("cumsum", "dot_general", "gather", "dynamic_slice", "dynamic_update_slice", "pad"):
+    LOWERINGS.register(_name, dtypes=dtypes_for(_name))(_method(_name))
+
+
+def _rng_normal(view: OpView) -> str | None:
+    if view.inst.attrs["distribution"] == "normal":
+        return "rng: the normal distribution is not supported by backend 'wgpu'"
+    return None
+
+
+@LOWERINGS.register("rng", dtypes=(uint32,), when=_rng_normal)
+def _rng(lw: _Lower, view: OpView) -> list[Any]:
+    inst = view.inst
+    res = tensor_type(inst.result)
+    return [Rng(lw.view(inst.operands[0]), res.dtype, inst.attrs["distribution"],
+                inst.attrs["stream"], res.shape)]
+
+
+register_rows(LOWERINGS, FLOATS)
 
 
 def _slots_of(leaf: Any) -> list[int]:

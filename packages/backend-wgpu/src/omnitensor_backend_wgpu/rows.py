@@ -1,4 +1,7 @@
-"""Fused row kernels: softmax, layer norm and RMS norm matched from their portable decompositions.
+"""Row kernels: softmax, log_softmax, layer norm and RMS norm (composites, or matched).
+
+The row composites reach `row_source` through the lowering table. Until the functionals emit
+them, the matcher below also finds their portable decompositions.
 
 The portable `F.softmax`, `F.layer_norm` and `F.rms_norm` trace to a reduction, a reshape, a
 broadcast and elementwise ops per statistic (two reductions each for softmax and layer norm), so
@@ -347,8 +350,8 @@ def row_source(kind: str, dtype: Any, *, weight: bool, bias: bool) -> str:
         for k, name in enumerate(names))
     x = "ld_x(a0, j)"
     loop = "  for (var j = lid; j < n; j = j + 64u) {"
-    if kind == "softmax":
-        value = f"m_exp({x} - mx) / s"
+    if kind in ("softmax", "log_softmax"):
+        value = f"({x} - mx) - m_log(s)" if kind == "log_softmax" else f"m_exp({x} - mx) / s"
         body = f"""  var mx = -m_inf();
 {loop} mx = m_max(mx, {x}); }}
 {_reduce("mx", "m_max({a}, {b})")}  var s = 0.0;

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from omnitensor.backend.codegen import KernelLowering, Node, Plan, View, merge_dims, view_op
+from omnitensor.backend.codegen.common import declared_dtypes, register_common
 from omnitensor.backend.codegen.cuda import CUDA
 from omnitensor.backend.codegen.wgsl import WGSL
+from omnitensor.backend.lowering import LoweringTable
 from omnitensor.dtypes import bool_, float16, float32, float64, int8, int32, uint32
 from omnitensor.errors import UnsupportedError
 from omnitensor.ir.builder import Builder
-from omnitensor.ir.program import Instruction
 from omnitensor.ir.types import TensorType
 
 
@@ -64,10 +65,15 @@ def test_dialects_differ_only_in_hooks() -> None:
         WGSL.compute_type(float64)
 
 
+_TABLE = LoweringTable()
+register_common(_TABLE, declared_dtypes)
+
+
 class _Counting(KernelLowering):
     """Records each fused chain instead of printing a kernel."""
 
     printer = CUDA
+    table = _TABLE
 
     def __init__(self) -> None:
         super().__init__(Plan())
@@ -83,9 +89,6 @@ class _Counting(KernelLowering):
         self.chains.append(body)
         self.emit(body)
         return target or self.new_slot(expr.shape, expr.dtype)
-
-    def lower_inst(self, inst: Instruction) -> list[View]:
-        return self.reduce(inst)
 
     def reduction(self, op: str, x: View, axes: Any, res: TensorType) -> View:
         return self.new_slot(res.shape, res.dtype)

@@ -20,12 +20,13 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from omnitensor.dtypes import DType
-from omnitensor.ir.opdef import Trait, get_op
+from omnitensor.ir.opdef import get_op
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType, Value
 
+from ..lowering import LoweringTable
 from .printer import CPrinter
-from .views import VIEW_OPS, View, merge_dims, row_major, view_op
+from .views import View, merge_dims, row_major, view_op
 
 __all__ = ["Iota", "KernelLowering", "Node", "Plan", "tensor_type"]
 
@@ -85,6 +86,8 @@ class KernelLowering:
 
     #: The backend's kernel language.
     printer: CPrinter
+    #: The backend's lowering table: `fn(lowering, op view) -> [result view or pending value]`.
+    table: LoweringTable
 
     def __init__(self, plan: Plan[Any]) -> None:
         self.out = plan
@@ -103,8 +106,9 @@ class KernelLowering:
         """One generated kernel computing `expr` into a new slot (or into the view `target`)."""
         raise NotImplementedError
 
-    def lower_inst(self, inst: Instruction) -> list[View]:
-        """The result views of a non-elementwise, non-movement instruction."""
+    def rows(self, kind: str, x: Value, weight: Value | None, bias: Value | None, eps: float,
+             axes: int = 1) -> View:
+        """One row kernel of a row composite (`rows.ROW_KINDS`) over the trailing `axes`."""
         raise NotImplementedError
 
     # --- slots and values -----------------------------------------------------------------------
@@ -168,45 +172,47 @@ class KernelLowering:
             self.instruction(inst)
 
     def instruction(self, inst: Instruction) -> None:
-        """Lower one instruction: fuse, view, inline, or hand it to `lower_inst`."""
-        res = tensor_type(inst.results[0])
-        attrs = dict(inst.attrs)
-        if inst.op == "custom_call":
-            self.inline(inst.operands, attrs["decomposition"], inst.results)
-        elif get_op(inst.op).has(Trait.ELEMENTWISE):
-            args = [self.operand(v) for v in inst.operands]
-            src = tensor_type(inst.operands[1] if inst.op == "select" else inst.operands[0])
-            self.env[id(inst.result)] = Node(inst.op, args, src.dtype, res.dtype, attrs,
-                                             res.shape)
-        elif inst.op in VIEW_OPS:
-            x = self.view(inst.operands[0])
-            made = view_op(inst.op, x, attrs, res.shape)
-            if made is None:
-                made = view_op(inst.op, self.materialize(x), attrs, res.shape)
-            assert made is not None
-            self.env[id(inst.result)] = made
-        elif inst.op == "iota":
-            self.env[id(inst.result)] = Iota(attrs["dimension"], res.dtype, res.shape)
-        elif inst.op == "constant":
-            out = self.new_slot(res.shape, res.dtype)
-            self.out.constants[out.slot] = np.asarray(attrs["value"], dtype=res.dtype.np)
-            self.env[id(inst.result)] = out
-        else:
-            for value, ref in zip(inst.results, self.lower_inst(inst), strict=True):
-                self.env[id(value)] = ref
+        """Lower one instruction through the backend's lowering table."""
+        lowering = self.table.lookup(inst)
+        refs = lowering(self, get_op(inst.op).view(inst))
+        for value, ref in zip(inst.results, refs, strict=True):
+            self.env[id(value)] = ref
 
-    def inline(self, operands: Sequence[Value], decomposition: Function,
-               results: Sequence[Value]) -> None:
-        """Lower a decomposition in place of the instruction that carries it."""
+    def pending(self, inst: Instruction) -> Node:
+        """An elementwise instruction (or elementwise composite) as a pending chain node."""
+        res = tensor_type(inst.results[0])
+        src = tensor_type(inst.operands[1] if inst.op == "select" else inst.operands[0])
+        return Node(inst.op, [self.operand(v) for v in inst.operands], src.dtype, res.dtype,
+                    dict(inst.attrs), res.shape)
+
+    def movement(self, inst: Instruction) -> View:
+        """A movement op as a view (of a dense copy when the view is not affine)."""
+        res = tensor_type(inst.results[0])
+        x = self.view(inst.operands[0])
+        made = view_op(inst.op, x, inst.attrs, res.shape)
+        if made is None:
+            made = view_op(inst.op, self.materialize(x), inst.attrs, res.shape)
+        assert made is not None
+        return made
+
+    def constant(self, inst: Instruction) -> View:
+        """A constant: a slot filled before the first run."""
+        res = tensor_type(inst.results[0])
+        out = self.new_slot(res.shape, res.dtype)
+        self.out.constants[out.slot] = np.asarray(inst.attrs["value"], dtype=res.dtype.np)
+        return out
+
+    def inline(self, operands: Sequence[Value], decomposition: Function) -> list[Any]:
+        """Lower a decomposition in place of the instruction that carries it: its results."""
         for spec, value in zip(decomposition.inputs, operands, strict=True):
             self.env[id(spec.value)] = self.env[id(value)]
             self.uses[id(spec.value)] = self.uses.get(id(value), 0)
             self.left[id(spec.value)] = 0
         self.count(decomposition)
         self.body(decomposition)
-        for value, out in zip(results, decomposition.outputs, strict=True):
-            self.env[id(value)] = self.env[id(out)]
+        for out in decomposition.outputs:
             self.left.pop(id(out), None)
+        return [self.env[id(out)] for out in decomposition.outputs]
 
     # --- fused chains ---------------------------------------------------------------------------
 

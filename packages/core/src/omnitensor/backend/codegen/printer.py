@@ -183,6 +183,8 @@ class CPrinter:
             return self.narrow(result, self.convert(dtype, result, args[0]))
         if op == "bitcast":
             return self.bitcast(dtype, result, args[0])
+        if op == "gelu":
+            op = "gelu_tanh" if attrs.get("approximate") == "tanh" else "gelu_erf"
         return self.narrow(result, self.op(op, self.compute_type(dtype), args))
 
 
@@ -224,6 +226,25 @@ def _clamp(p: CPrinter, c: str, a: Sequence[str]) -> str:
     return _MIN(p, c, [_MAX(p, c, [x, lo]), hi])
 
 
+def _gelu(tanh: bool) -> Template:
+    """GELU of a local (its name repeats): 0.5 x (1 + erf(x / sqrt 2)) or the tanh form."""
+
+    def make(p: CPrinter, c: str, a: Sequence[str]) -> str:
+        x = a[0]
+
+        def lit(v: float) -> str:
+            return p.literal(c, v)
+
+        if tanh:
+            inner = f"({lit(0.7978845608028654)} * ({x} + {lit(0.044715)} * {x} * {x} * {x}))"
+            core = p.math("tanh", c, [inner])
+        else:
+            core = p.math("erf", c, [f"({x} * {lit(0.7071067811865476)})"])
+        return f"({lit(0.5)} * {x} * ({lit(1)} + {core}))"
+
+    return make
+
+
 _MAX: Final = _minmax("max")
 _MIN: Final = _minmax("min")
 
@@ -245,4 +266,7 @@ TEMPLATES: Final[dict[str, Template]] = {
     "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
     "gt": _compare(">"), "ge": _compare(">="),
     "select": lambda p, c, a: p.ternary(a[0], a[1], a[2]),
+    # elementwise composites (operands are locals, so repeating them is free)
+    "gelu_erf": _gelu(tanh=False), "gelu_tanh": _gelu(tanh=True),
+    "silu": lambda p, c, a: f"({a[0]} * {p.math('logistic', c, a)})",
 }
