@@ -234,7 +234,7 @@ def supports(inst: Instruction) -> str | None:
     """Why the CUDA lowering cannot run `inst` (no lowering, a dtype, rank > 8), or None."""
     reason = LOWERINGS.supports(inst)
     if reason is not None:
-        return f"{reason} in backend 'cuda'"
+        return reason if "backend" in reason else f"{reason} in backend 'cuda'"
     if inst.op == "custom_call":
         for inner in inst.attrs["decomposition"].body:
             reason = supports(inner)

@@ -26,7 +26,7 @@ from omnitensor.ir.verify import verify
 from ._compat import AdapterInfo, Device, find_adapter
 from .kernels import MAX_RANK
 from .lower import Lowered, lower, pack_params, storage_nbytes
-from .table import LOWERINGS, dtypes_for
+from .table import LOWERINGS
 
 __all__ = ["WgpuBackend", "WgpuBuffer", "WgpuExecutable"]
 
@@ -140,7 +140,7 @@ class WgpuBackend(Backend):
         """None when the table lowers it, every dtype is native, ranks <= 8, sizes fit."""
         reason = LOWERINGS.supports(inst)
         if reason is not None:
-            return f"{reason} in backend 'wgpu'"
+            return reason if "backend" in reason else f"{reason} in backend 'wgpu'"
         if inst.op == "custom_call":
             for inner in inst.attrs["decomposition"].body:
                 reason = self.supports(inner)
@@ -159,13 +159,6 @@ class WgpuBackend(Backend):
             if storage_nbytes(t.shape, t.dtype) > self.device.max_binding_size:
                 return (f"{inst.op}: a {t} buffer exceeds the adapter's storage binding limit "
                         f"({self.device.max_binding_size} bytes)")
-        if inst.op in ("rng", "convert", "bitcast", "gather", "dynamic_slice",
-                       "dynamic_update_slice", "iota", "select"):
-            # NOTE: these are named by their operands but run in their result's dtype
-            dtype = inst.results[0].type.dtype  # type: ignore[union-attr]
-            allowed = (float32, float16, uint32) if inst.op == "rng" else dtypes_for(inst.op)
-            if dtype not in allowed:
-                return f"{inst.op} on {dtype} is not supported by backend 'wgpu'"
         return None
 
     # --- buffers --------------------------------------------------------------------------------

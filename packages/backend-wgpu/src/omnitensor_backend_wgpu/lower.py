@@ -35,7 +35,7 @@ from omnitensor.ir.types import TensorType, Value
 
 from . import kernels, rows
 from .kernels import PARAM_WORDS, THREEFRY, prelude
-from .table import FLOATS, LOWERINGS, dtypes_for
+from .table import FLOATS, LOWERINGS, dtypes_for, result_dtype
 
 __all__ = ["Lowered", "Step", "View", "lower", "row_major", "storage_nbytes"]
 
@@ -346,14 +346,16 @@ def _method(name: str) -> Callable[[_Lower, OpView], list[Any]]:
     return lambda lw, view: method(lw, view.inst)
 
 
-for _name in ("cumsum", "dot_general", "gather", "dynamic_slice", "dynamic_update_slice", "pad"):
+for _name in ("cumsum", "dot_general", "pad"):
     LOWERINGS.register(_name, dtypes=dtypes_for(_name))(_method(_name))
+for _name in ("gather", "dynamic_slice", "dynamic_update_slice"):
+    LOWERINGS.register(_name, dtypes=dtypes_for(_name), when=result_dtype)(_method(_name))
 
 
 def _rng_normal(view: OpView) -> str | None:
     if view.inst.attrs["distribution"] == "normal":
         return "rng: the normal distribution is not supported by backend 'wgpu'"
-    return None
+    return result_dtype(view)
 
 
 @LOWERINGS.register("rng", dtypes=(uint32,), when=_rng_normal)

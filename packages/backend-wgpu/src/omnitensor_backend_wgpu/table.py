@@ -16,7 +16,7 @@ from omnitensor.backend.lowering import LoweringTable
 from omnitensor.dtypes import DType, bool_, float16, float32, int32, uint32
 from omnitensor.ir.opdef import OpView
 
-__all__ = ["FLOATS", "LOWERINGS", "NATIVE", "dtypes_for"]
+__all__ = ["FLOATS", "LOWERINGS", "NATIVE", "dtypes_for", "result_dtype"]
 
 #: dtypes a buffer can hold (float16 only on adapters with shader-f16).
 NATIVE: Final = (float32, float16, int32, uint32, bool_)
@@ -35,13 +35,24 @@ def dtypes_for(name: str) -> Collection[DType]:
     return [d for d in wanted if d in declared]
 
 
+def result_dtype(view: OpView) -> str | None:
+    """Ops named by their operands but run in their result's dtype: that dtype must be ours."""
+    op, result = view.inst.op, view.inst.results[0].type
+    allowed = (float32, float16, uint32) if op == "rng" else dtypes_for(op)
+    dtype = getattr(result, "dtype", None)
+    if dtype not in allowed:
+        return f"{op} on {dtype} is not supported by backend 'wgpu'"
+    return None
+
+
 def _bitcast(view: OpView) -> str | None:
     types = (view.inst.results[0].type, view.inst.operands[0].type)
     if any(getattr(t, "dtype", None) == bool_ for t in types):
         return "bitcast: bool has no 8-bit storage on backend 'wgpu'"
-    return None
+    return result_dtype(view)
 
 
 #: op or composite name -> its WGSL lowering.
 LOWERINGS: Final = LoweringTable()
-register_common(LOWERINGS, dtypes_for, {"bitcast": _bitcast})
+register_common(LOWERINGS, dtypes_for, {"bitcast": _bitcast, "convert": result_dtype,
+                                        "select": result_dtype, "iota": result_dtype})
