@@ -79,7 +79,7 @@ def test_installed_toy_backend_is_discovered_selected_and_runs(tmp_path: Path) -
         "--no-build-isolation", "--no-index", "--quiet", str(EXAMPLE),
     ])
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    env = {**os.environ, "OMNITENSOR_BACKEND": "toy"}
+    env = {**os.environ, "OMNITENSOR_BACKEND": "toy", "OMNITENSOR_LOG": "info"}
     env.pop("OMNITENSOR_DISABLE_PLUGINS", None)
     result = _run([str(python), "-c", SCRIPT], env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -89,7 +89,7 @@ def test_installed_toy_backend_is_discovered_selected_and_runs(tmp_path: Path) -
     assert doc["value"] == "omnitensor_backend_toy.plugin" and doc["available"]
     assert doc["close"]
     assert doc["unsupported"] and "sin" in doc["unsupported"] and "toy" in doc["unsupported"]
-    assert "using backend 'toy'" in result.stderr  # the choice is logged at WARNING
+    assert "using backend 'toy'" in result.stderr  # the choice is logged at INFO
     cli = "import sys; from omnitensor.cli import main; sys.exit(main(['backends']))"
     listing = _run([str(python), "-c", cli], env=env, cwd=tmp_path)
     assert listing.returncode == 0, listing.stdout + listing.stderr
