@@ -41,8 +41,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="sequences decoded together per model; more requests wait "
                         "(default 8)")
     parser.add_argument("--context", type=int, default=None, metavar="N",
-                        help="KV-cache slots per model: prompt plus answer must fit "
-                        "(default: the model's context length, at most 4096)")
+                        help="KV-cache slots per model: prompt plus answer must fit; the "
+                        "cache takes max-batch x N slots (default: the model's context length, "
+                        "at most 2048)")
     add_backend_arg(parser)
     parser.set_defaults(func=run)
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except OmnitensorError as exc:
         print(f"omnitensor serve: {exc}", file=sys.stderr)
         return 1
-    context = args.context or min(4096, *(m.model.context_length for m in models.values()))
+    context = args.context or min(2048, *(m.model.context_length for m in models.values()))
     app = create_app(models, max_batch=args.max_batch, context=context)
     print(f"serving {', '.join(models)} at http://{args.host}:{args.port}/v1 "
           f"(max batch {args.max_batch}, context {context}); Ctrl-C stops", file=sys.stderr)
