@@ -78,3 +78,17 @@ def test_batched_and_transposed_dot_general(backend: CpuBackend) -> None:
         np.float32)]
     (got,) = backend.run(exe, xs)
     np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_capabilities_and_support_come_from_the_lowering_table(backend: CpuBackend) -> None:
+    from omnitensor.backend.host import reference_op_table
+    from omnitensor_backend_cpu.lowering import LOWERINGS
+
+    caps = backend.capabilities().ops
+    assert caps == LOWERINGS.capabilities()
+    assert caps == reference_op_table()  # every declared op: a kernel or its reference
+    b = Builder()
+    x = b.input(TensorType((4, 4), float32))
+    fn = b.build([b.emit("dot_general", x, x, contracting=((1,), (0,)))])
+    assert backend.supports(fn.body[0]) is None
+    assert backend.compile(fn).plan.kinds == ["blas"]

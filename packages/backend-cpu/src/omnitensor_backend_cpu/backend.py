@@ -15,12 +15,14 @@ from typing import Any, final
 import numpy as np
 
 from omnitensor.backend import Capabilities, Executable
-from omnitensor.backend.host import HostArrayBackend, hand_out, reference_op_table
+from omnitensor.backend.host import HostArrayBackend, hand_out
 from omnitensor.ir import Function
 from omnitensor.ir.interpret import check_result_input
+from omnitensor.ir.program import Instruction
 from omnitensor.ir.verify import verify
 
 from . import threads
+from .lowering import LOWERINGS, sync
 from .plan import Plan, build_plan
 
 __all__ = ["CpuBackend", "CpuExecutable"]
@@ -61,15 +63,22 @@ class CpuBackend(HostArrayBackend):
         self.threads = threads.apply_from_env()
 
     def capabilities(self) -> Capabilities:
-        """Every op x every dtype its declaration allows: ops without a kernel fall back."""
-        if self._capabilities is None:
+        """Derived from the lowering table: every declared op, its kernel or its reference."""
+        sync()
+        if self._capabilities is None or len(self._capabilities.ops) != len(
+                LOWERINGS.capabilities()):
             self._capabilities = Capabilities(
-                ops=reference_op_table(),
+                ops=LOWERINGS.capabilities(),
                 strided_inputs=True,
                 notes={"kernels": "numba (fused), BLAS, numpy reference fallback",
                        "threads": str(self.threads)},
             )
         return self._capabilities
+
+    def supports(self, inst: Instruction) -> str | None:
+        """The lowering table's answer for `inst`."""
+        sync()
+        return LOWERINGS.supports(inst)
 
     def compile(self, function: Function) -> CpuExecutable:
         """Verify `function` and compile it into a plan (kernels compile on first run)."""

@@ -20,15 +20,15 @@ from typing import Any, Final
 
 import numpy as np
 
-from omnitensor.dtypes import float32, float64
+from omnitensor.dtypes import float32
 from omnitensor.ir.opdef import get_op
-from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, pool, threads
+from . import codegen, pool
 from .codegen import FusedGroup
 from .drafts import Array, Draft, Owned, Slots, Step
+from .lowering import Lower, lower
 from .tier import reference_runner
 
 __all__ = ["Plan", "build_plan"]
@@ -36,11 +36,6 @@ __all__ = ["Plan", "build_plan"]
 #: Buffers are aligned to cache lines (and AVX registers).
 _ALIGN: Final = 64
 
-#: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS, and
-#: the fewest weight elements for which that pays for loading numba (below, numpy's matmul, a
-#: few microseconds either way; `codegen.min_elements` 0 lifts it, as for every kernel).
-_GEMV_MAX_ROWS: Final = 4
-_GEMV_MIN_WEIGHT: Final = 1 << 20
 
 
 @dataclass
@@ -115,33 +110,6 @@ class Plan:
 # --- step makers --------------------------------------------------------------------------------
 
 
-def _reference_step(inst: Instruction) -> Draft:
-    opdef = get_op(inst.op)
-    kernel, attrs = opdef.reference, dict(inst.attrs)
-    reads = [v.id for v in inst.operands]
-    writes = [v.id for v in inst.results]
-    variadic = any(s.variadic for s in opdef.operands)
-
-    def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
-        if len(writes) == 1 and not variadic:
-            (out,) = writes
-
-            def step(slots: Slots) -> None:
-                slots[out] = np.asarray(kernel(*[slots[i] for i in reads], **attrs))
-
-            return step
-
-        def step_multi(slots: Slots) -> None:
-            result = kernel(*opdef.group([slots[i] for i in reads]), **attrs)
-            results = result if isinstance(result, tuple) else (result,)
-            for slot, array in zip(writes, results, strict=True):
-                slots[slot] = np.asarray(array)
-
-        return step_multi
-
-    return Draft(reads, writes, make)
-
-
 def _fused_step(group: FusedGroup, index: int) -> Draft:
     ins, outs = list(group.inputs), list(group.outputs)
     size = math.prod(group.shape)
@@ -183,154 +151,6 @@ def _dtype_of(group: FusedGroup, value: int) -> np.dtype[Any]:
                 assert isinstance(v.type, TensorType)
                 return v.type.dtype.np
     raise AssertionError(value)
-
-
-def _dot_step(inst: Instruction, index: int) -> Draft | None:
-    """`dot_general` on float32/float64 as one BLAS call (batched by numpy's matmul)."""
-    lhs_t, rhs_t, out_t = (v.type for v in (*inst.operands, inst.results[0]))
-    assert isinstance(lhs_t, TensorType) and isinstance(rhs_t, TensorType)
-    assert isinstance(out_t, TensorType)
-    if lhs_t.dtype not in (float32, float64) or out_t.size == 0:
-        return None
-    (lc, rc), (lb, rb) = dimension_numbers(lhs_t.shape, rhs_t.shape, inst.attrs["contracting"],
-                                           inst.attrs["batch"])
-    lf = tuple(d for d in range(lhs_t.ndim) if d not in lb + lc)
-    rf = tuple(d for d in range(rhs_t.ndim) if d not in rb + rc)
-    b = math.prod(lhs_t.shape[d] for d in lb)
-    m = math.prod(lhs_t.shape[d] for d in lf)
-    n = math.prod(rhs_t.shape[d] for d in rf)
-    k = math.prod(lhs_t.shape[d] for d in lc)
-    lperm, rperm = lb + lf + lc, rb + rc + rf
-    lshape = (b, m, k) if b > 1 else (m, k)
-    rshape = (b, k, n) if b > 1 else (k, n)
-    oshape = (b, m, n) if b > 1 else (m, n)
-    lhs, rhs = inst.operands[0].id, inst.operands[1].id
-    out = inst.results[0].id
-    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
-    lid = lperm == tuple(range(lhs_t.ndim))
-    rid = rperm == tuple(range(rhs_t.ndim))
-    flops = 2.0 * b * m * n * k
-
-    # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
-    matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
-              and n * k >= (_GEMV_MIN_WEIGHT if codegen.min_elements() else 0) and lid
-              and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
-
-    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
-        get = getters[out]
-        if matvec:
-            from . import quant
-
-            def gemv_step(slots: Slots) -> None:
-                w = slots[rhs]
-                result = get(slots)
-                if w.flags.c_contiguous:
-                    quant.gemv(np.ascontiguousarray(slots[lhs]).reshape(m, k), w,
-                               result.reshape(m, n))
-                else:
-                    np.matmul(slots[lhs].reshape(m, k), w.T, out=result.reshape(m, n))
-                slots[out] = result
-
-            return gemv_step
-
-        def step(slots: Slots) -> None:
-            a = slots[lhs] if lid else slots[lhs].transpose(lperm)
-            c = slots[rhs] if rid else slots[rhs].transpose(rperm)
-            result = get(slots)
-            threads.blas_for(flops)
-            # NOTE: reshape is a view whenever the permuted strides allow (the common x @ W
-            # and x @ W.T layouts); otherwise numpy copies, which is still correct.
-            np.matmul(a.reshape(lshape), c.reshape(rshape), out=result.reshape(oshape))
-            slots[out] = result
-
-        return step
-
-    return Draft([lhs, rhs], [out], make, owned, "blas")
-
-
-def _qmatmul_step(inst: Instruction, index: int) -> Draft | None:
-    """`qmatmul` of float32 activations by a weight format `quant` has a kernel for."""
-    x_t, out_t = inst.operands[0].type, inst.results[0].type
-    w_t = inst.operands[1].type
-    assert isinstance(x_t, TensorType) and isinstance(out_t, TensorType)
-    fmt = inst.attrs["format"]
-    from . import quant
-
-    if fmt not in quant.FORMATS or x_t.dtype != float32 or out_t.size == 0:
-        return None
-    shape = tuple(getattr(w_t, "logical_shape", ()))
-    n, k = shape
-    m = out_t.size // n
-    x, w, out = inst.operands[0].id, inst.operands[1].id, inst.results[0].id
-    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
-
-    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
-        get = getters[out]
-
-        def step(slots: Slots) -> None:
-            packed = quant.packed_for(slots[w], fmt, shape)
-            result = get(slots)
-            lhs = np.ascontiguousarray(slots[x]).reshape(m, k)
-            quant.qmatmul(lhs, packed, result.reshape(m, n))
-            slots[out] = result
-
-        return step
-
-    return Draft([x, w], [out], make, owned, "quant")
-
-
-def _update_step(inst: Instruction, function: Function, idx: int) -> Draft | None:
-    """`dynamic_update_slice` of a donated input that nothing else reads: written in place.
-
-    A KV cache is donated to each decode step and updated one row at a time: copying it per
-    step would cost as much as the attention itself. When the operand is a function input read
-    by no other instruction (and is not itself an output), a run that donated it writes the
-    update into its buffer; otherwise (not donated, or a read-only view) the step copies.
-    """
-    operand = inst.operands[0].id
-    positions = {i.value.id: n for n, i in enumerate(function.inputs)}
-    if operand not in positions or any(v.id == operand for v in function.outputs):
-        return None
-    if any(v.id == operand for other in function.body[idx + 1:] for v in other.operands):
-        return None
-    if any(v.id == operand for other in function.body[:idx] for v in other.operands):
-        return None
-    position = positions[operand]
-    update = inst.operands[1].id
-    starts = [v.id for v in inst.operands[2:]]
-    out = inst.results[0].id
-    op_t = inst.operands[0].type
-    up_t = inst.operands[1].type
-    assert isinstance(op_t, TensorType) and isinstance(up_t, TensorType)
-    dims, sizes = op_t.shape, up_t.shape
-
-    def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
-        def step(slots: Slots) -> None:
-            buf = slots[operand]
-            if position in slots[-1] and _writable(buf):
-                target = buf
-            else:
-                target = np.array(buf, copy=True)
-            index = tuple(slice(s, s + n) for s, n in (
-                (min(max(int(slots[i]), 0), d - n), n)
-                for i, d, n in zip(starts, dims, sizes, strict=True)))
-            target[index] = slots[update]
-            slots[out] = target
-
-        return step
-
-    return Draft([operand, update, *starts], [out], make, [], "inplace")
-
-
-def _writable(array: Array) -> bool:
-    """Make a donated buffer writable again (uploads and outputs are handed out read-only)."""
-    if array.flags.writeable:
-        return True
-    try:
-        array.flags.writeable = True
-    except ValueError:  # a view of a read-only base: copy instead
-        return False
-    return True
 
 
 # --- grouping ----------------------------------------------------------------------------------
@@ -463,14 +283,7 @@ def build_plan(function: Function) -> Plan:
         if inst.op == "constant":
             template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
             continue
-        draft = None
-        if inst.op == "dot_general":
-            draft = _dot_step(inst, len(drafts))
-        elif inst.op == "qmatmul":
-            draft = _qmatmul_step(inst, len(drafts))
-        elif inst.op == "dynamic_update_slice":
-            draft = _update_step(inst, function, idx)
-        draft = draft or _reference_step(inst)
+        draft = lower(Lower(function, idx, len(drafts)), inst)
         draft.label = f"{draft.kind}:{inst.op}{_shape_of(inst)}"
         drafts.append(draft)
     drafts = _drop_dead(drafts, {v.id for v in function.outputs})

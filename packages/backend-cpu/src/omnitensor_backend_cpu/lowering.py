@@ -1,0 +1,299 @@
+"""The cpu backend's lowering table: what it runs, and as which plan step.
+
+Every declared op (and composite) has an entry: by default the reference kernel inside the plan
+(for a composite, its decomposition run by the interpreter), so the backend runs everything the
+reference does and its capabilities are the table's (`LOWERINGS.capabilities()`). Entries below
+override that with the backend's own steps: BLAS and row-dot products for ``dot_general``,
+repacked quantized products for ``qmatmul``, in-place cache updates, and the composites'
+kernels (row kernels for softmax/log_softmax/layer_norm/rms_norm, activations for gelu/silu and
+the gated units, rotary embedding, fused attention). Elementwise chains are fused before the
+table is consulted (`plan`), so they have no entries of their own here.
+
+A lowering is ``fn(ctx, view) -> Draft | None``; None (an instance the kernel does not cover,
+e.g. a softmax over a non-trailing axis) falls back to the reference step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from omnitensor.backend.host import reference_op_table
+from omnitensor.backend.lowering import LoweringTable
+from omnitensor.dtypes import float32, float64
+from omnitensor.ir.opdef import OpView, all_ops
+from omnitensor.ir.program import Function, Instruction
+from omnitensor.ir.types import TensorType
+
+from .drafts import Array, Draft
+from .kernel_step import Kernel, kernel_draft
+from .steps import dot_step, qmatmul_step, reference_step, update_step
+
+__all__ = ["LOWERINGS", "Lower", "lower"]
+
+#: op or composite name -> the cpu lowering.
+LOWERINGS: Final = LoweringTable()
+
+_FLOATS: Final = (float32, float64)
+
+
+@dataclass
+class Lower:
+    """What a lowering gets besides the instruction: its function and positions.
+
+    Attributes:
+        function: the function being planned.
+        index: the instruction's position in the body.
+        step: the position its step takes in the plan.
+    """
+
+    function: Function
+    index: int
+    step: int
+
+
+def _reference(ctx: Lower, view: OpView) -> Draft:
+    return reference_step(view.inst)
+
+
+def sync() -> None:
+    """Give every declared op without an entry the reference lowering.
+
+    Ops may be declared after this module is imported (plugins, composites).
+    """
+    table = reference_op_table()
+    for name, dtypes in table.items():
+        if name not in LOWERINGS:
+            LOWERINGS.register(name, dtypes=dtypes)(_reference)
+
+
+def lower(ctx: Lower, inst: Instruction) -> Draft:
+    """The plan step of `inst` from its table entry (the reference step when that declines)."""
+    sync()
+    draft: Draft | None = LOWERINGS.lookup(inst)(ctx, all_ops()[inst.op].view(inst))
+    return draft if draft is not None else reference_step(inst)
+
+
+# --- primitives with steps of their own ---------------------------------------------------------
+
+
+def _register_primitives() -> None:
+    table = reference_op_table()
+
+    @LOWERINGS.register("dot_general", dtypes=table["dot_general"])
+    def _dot(ctx: Lower, view: OpView) -> Draft | None:
+        return dot_step(view.inst, ctx.step)
+
+    @LOWERINGS.register("qmatmul", dtypes=table["qmatmul"])
+    def _qmatmul(ctx: Lower, view: OpView) -> Draft | None:
+        return qmatmul_step(view.inst, ctx.step)
+
+    @LOWERINGS.register("dynamic_update_slice", dtypes=table["dynamic_update_slice"])
+    def _update(ctx: Lower, view: OpView) -> Draft | None:
+        return update_step(view.inst, ctx.function, ctx.index)
+
+
+_register_primitives()
+
+
+# --- composites ---------------------------------------------------------------------------------
+# NOTE: registered without dtypes (every dtype the composite declares; the lowering declines
+# what its kernels do not cover). Each lowering reads the instruction conservatively: an
+# attribute it does not know, or an operand it cannot place, makes it decline (None: the
+# decomposition runs), so a composite whose declaration grows a setting is never computed
+# wrongly here, only more slowly.
+
+_ROW_ATTRS: Final = frozenset({"eps", "axis", "axes", "normalized_ndim"})
+
+
+def _float_result(inst: Instruction) -> TensorType | None:
+    result = inst.results[0].type
+    if len(inst.results) != 1 or not isinstance(result, TensorType):
+        return None
+    return result if result.dtype in _FLOATS else None
+
+
+def _trailing(inst: Instruction, ndim: int) -> int | None:
+    """How many trailing axes the composite normalizes (None: not trailing, or unknown)."""
+    attrs = inst.attrs
+    if "normalized_ndim" in attrs:
+        count = int(attrs["normalized_ndim"])
+        return count if 0 < count <= ndim else None
+    axes = attrs.get("axes", attrs.get("axis", -1))
+    axes = (axes,) if isinstance(axes, int) else tuple(axes)
+    norm = sorted(a % ndim for a in axes) if ndim else []
+    if not norm or norm != list(range(ndim - len(norm), ndim)):
+        return None
+    return len(norm)
+
+
+def _row_lowering(kind: str) -> Callable[[Lower, OpView], Draft | None]:
+    def lowering(ctx: Lower, view: OpView) -> Draft | None:
+        inst = view.inst
+        result = _float_result(inst)
+        if result is None or set(inst.attrs) - _ROW_ATTRS or not result.shape:
+            return None
+        axes = _trailing(inst, len(result.shape))
+        operands = inst.operands
+        width = math.prod(result.shape[len(result.shape) - (axes or 0):])
+        if axes is None or any(getattr(v.type, "dtype", None) != result.dtype
+                               for v in operands):
+            return None
+        if any(getattr(v.type, "size", -1) != width for v in operands[1:]):
+            return None  # weight/bias: one value per normalized element
+        most = {"softmax": 1, "log_softmax": 1, "rms_norm": 2, "layer_norm": 3}[kind]
+        if len(operands) > most or (kind.endswith("softmax") and axes != 1):
+            return None
+        eps = float(inst.attrs.get("eps", 0.0))
+        ids = [v.id for v in operands] + [None] * (most - len(operands))
+
+        def kernel() -> Kernel:
+            from . import rowops
+
+            def run(args: list[Array | None], out: Array) -> None:
+                x = args[0]
+                assert x is not None
+                if kind == "softmax":
+                    rowops.softmax(x, out)
+                elif kind == "log_softmax":
+                    rowops.log_softmax(x, out)
+                elif kind == "rms_norm":
+                    rowops.rms_norm(x, args[1], out, eps, axes=axes or 1)
+                else:
+                    rowops.layer_norm(x, args[1], args[2], out, eps, axes=axes or 1)
+
+            return run
+
+        return kernel_draft(inst, ctx.step, ids, kernel, "rows")
+
+    return lowering
+
+
+for _kind in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
+    LOWERINGS.register(_kind)(_row_lowering(_kind))
+
+
+def _activation_lowering(name: str) -> Callable[[Lower, OpView], Draft | None]:
+    def lowering(ctx: Lower, view: OpView) -> Draft | None:
+        inst = view.inst
+        result = _float_result(inst)
+        if result is None:
+            return None
+        attrs = dict(inst.attrs)
+        approximate = attrs.pop("approximate", "none")
+        if attrs or approximate not in ("none", "tanh"):
+            return None
+        gated = name in ("swiglu", "geglu")
+        operands = inst.operands
+        if len(operands) != (2 if gated else 1) or any(v.type != result for v in operands):
+            return None  # the gated units only in their two-operand (gate, up) form
+        from . import pointwise
+
+        mode = (pointwise.SILU if name in ("silu", "swiglu") else
+                pointwise.GELU_TANH if approximate == "tanh" else pointwise.GELU_ERF)
+
+        def kernel() -> Kernel:
+            def run(args: list[Array | None], out: Array) -> None:
+                x = args[0]
+                assert x is not None
+                pointwise.activation(x, out, mode, args[1] if gated else None)
+
+            return run
+
+        return kernel_draft(inst, ctx.step, [v.id for v in operands], kernel, "act")
+
+    return lowering
+
+
+for _name in ("gelu", "silu", "swiglu", "geglu"):
+    LOWERINGS.register(_name)(_activation_lowering(_name))
+
+
+@LOWERINGS.register("rotary_embedding")
+def _rotary(ctx: Lower, view: OpView) -> Draft | None:
+    inst = view.inst
+    result = _float_result(inst)
+    attrs = dict(inst.attrs)
+    interleaved = bool(attrs.pop("interleaved", False))
+    if result is None or attrs or len(inst.operands) != 3 or not result.shape:
+        return None
+    x, cos, sin = inst.operands
+    half = (*result.shape[:-1], result.shape[-1] // 2)
+    for table in (cos.type, sin.type):
+        if not isinstance(table, TensorType) or table.dtype != result.dtype:
+            return None
+        try:
+            np.broadcast_shapes(table.shape, half)
+        except ValueError:
+            return None
+        if np.broadcast_shapes(table.shape, half) != half:
+            return None
+
+    def kernel() -> Kernel:
+        from . import attention
+
+        def run(args: list[Array | None], out: Array) -> None:
+            a, c, s = args
+            assert a is not None and c is not None and s is not None
+            attention.rotary(a, c, s, out, interleaved=interleaved)
+
+        return run
+
+    return kernel_draft(inst, ctx.step, [x.id, cos.id, sin.id], kernel, "rotary")
+
+
+_ATTN_ATTRS: Final = frozenset({"scale", "is_causal", "causal"})
+
+
+@LOWERINGS.register("scaled_dot_product_attention")
+def _attention(ctx: Lower, view: OpView) -> Draft | None:
+    inst = view.inst
+    result = _float_result(inst)
+    if result is None or set(inst.attrs) - _ATTN_ATTRS or len(result.shape) != 4:
+        return None
+    q, k, v = inst.operands[:3]
+    extra = list(inst.operands[3:])
+    specs = all_ops()[inst.op].operands
+    names = [] if any(s.variadic for s in specs) else [s.name for s in specs]
+    # NOTE: the optional operands are read by name from the declaration; positions alone would
+    # be guesses.
+    optional: dict[str, Any] = {}
+    if extra:
+        if len(names) != len(inst.operands):
+            return None
+        for name, value in zip(names[3:], extra, strict=True):
+            if name not in ("mask", "attn_mask", "q_positions", "kv_length"):
+                return None
+            optional[name] = value
+    mask = optional.get("mask", optional.get("attn_mask"))
+    qpos, kvlen = optional.get("q_positions"), optional.get("kv_length")
+    types = [t.type for t in (q, k, v)]
+    if any(not isinstance(t, TensorType) or t.dtype != result.dtype or len(t.shape) != 4
+           for t in types):
+        return None
+    qt, kt, vt = (t for t in types if isinstance(t, TensorType))
+    if (qt.shape[1] % kt.shape[1] or kt.shape[:3] != vt.shape[:3]
+            or result.shape != (*qt.shape[:3], vt.shape[3])):
+        return None
+    scale = inst.attrs.get("scale")
+    head = getattr(q.type, "shape", (0,))[-1]
+    scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
+    causal = bool(inst.attrs.get("is_causal", inst.attrs.get("causal", False)))
+    reads = [q.id, k.id, v.id, *(None if t is None else t.id for t in (mask, qpos, kvlen))]
+
+    def kernel() -> Kernel:
+        from . import attention
+
+        def run(args: list[Array | None], out: Array) -> None:
+            a, b, c, m, p, n = args
+            assert a is not None and b is not None and c is not None
+            attention.sdpa(a, b, c, out, scale=scale, mask=m, q_positions=p,
+                           kv_length=None if n is None else int(n), causal=causal)
+
+        return run
+
+    return kernel_draft(inst, ctx.step, reads, kernel, "attn")
