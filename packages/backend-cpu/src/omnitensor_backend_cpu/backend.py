@@ -65,8 +65,7 @@ class CpuBackend(HostArrayBackend):
     def capabilities(self) -> Capabilities:
         """Derived from the lowering table: every declared op, its kernel or its reference."""
         sync()
-        if self._capabilities is None or len(self._capabilities.ops) != len(
-                LOWERINGS.capabilities()):
+        if self._capabilities is None or len(self._capabilities.ops) != len(LOWERINGS.names()):
             self._capabilities = Capabilities(
                 ops=LOWERINGS.capabilities(),
                 strided_inputs=True,

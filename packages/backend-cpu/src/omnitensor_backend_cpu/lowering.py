@@ -56,6 +56,10 @@ class Lower:
     step: int
 
 
+#: How many ops were declared at the last `sync`.
+_SYNCED: list[int] = [-1]
+
+
 def _reference(ctx: Lower, view: OpView) -> Draft:
     return reference_step(view.inst)
 
@@ -65,10 +69,13 @@ def sync() -> None:
 
     Ops may be declared after this module is imported (plugins, composites).
     """
-    table = reference_op_table()
-    for name, dtypes in table.items():
+    declared = len(all_ops())
+    if _SYNCED[0] == declared:  # nothing declared since the last call (the common case)
+        return
+    for name, dtypes in reference_op_table().items():
         if name not in LOWERINGS:
             LOWERINGS.register(name, dtypes=dtypes)(_reference)
+    _SYNCED[0] = declared
 
 
 def lower(ctx: Lower, inst: Instruction) -> Draft:
