@@ -89,3 +89,46 @@ def test_formats_a_backend_does_not_run_are_dequantized_at_load(
     assert kinds["blk.0.attn_q.weight"] == "TensorType"
     assert kinds["blk.1.attn_q.weight"] == "QTensorType"
     assert len(model.generate("ab", max_new_tokens=2).token_ids) <= 2
+
+
+def test_quantized_lookup_table_is_never_held_as_float32(tmp_path: Path, make_llama: Any) -> None:
+    """Generating reads a quantized token table row by row: no float32 copy stays cached."""
+    import numpy as np
+
+    checkpoint: Checkpoint = make_llama(hidden=256, ffn=512, layers=2, heads=4, kv_heads=2,
+                                        eos=False)
+    rng = np.random.default_rng(0)
+    vocab = 4096  # a table large enough to see (4 MB as float32)
+    for name in ("token_embd.weight", "output.weight"):
+        checkpoint.weights[name] = (rng.standard_normal((vocab, 256)) * 0.3).astype(np.float32)
+    checkpoint.hparams["vocab_size"] = vocab
+    for name, value in list(checkpoint.weights.items()):
+        if value.ndim == 2:
+            checkpoint.weights[name] = QuantizedArray.quantize(value, "q4_k")
+    path = export_gguf(checkpoint, tmp_path / "vocab.gguf", tokenizer_metadata={})
+    from omnitensor.models import ModelBuilder, open_checkpoint
+    from omnitensor.models.spec import builtin_spec
+
+    def build() -> CausalLM:
+        loaded = open_checkpoint(path)
+        loaded.tokenizer = checkpoint.tokenizer  # the character tokenizer (ids < 31)
+        return CausalLM(ModelBuilder().with_spec(builtin_spec("llama"))
+                        .with_checkpoint(loaded).build("ref"))
+
+    warm = build()
+    warm.generate("ab", max_new_tokens=2)
+    del warm
+    gc.collect()
+    tracemalloc.start()
+    try:
+        model = build()
+        gc.collect()
+        loaded, _ = tracemalloc.get_traced_memory()
+        out = model.generate("hello", max_new_tokens=4)
+        gc.collect()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(out.token_ids) == 4
+    table_f32 = vocab * 256 * 4
+    assert after - loaded < table_f32 / 2, (after - loaded, table_f32)

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from ..backend.contract import Backend
-from ..backend.registry import prepare_weight
+from ..backend.registry import prepare_weight, use_backend
 from ..dtypes import float32, int32
 from ..errors import ShapeError
 from ..functional import overrides
 from ..io.weights import QuantizedArray
+from ..ir import quant_blocks
 from ..ir.types import QTensorType, TensorType
 from ..tensor.creation import arange
 from ..tensor.graph import Node
@@ -62,7 +63,11 @@ class CompiledModel:
         keep_quantized = quant_policy == "auto" and backend.capabilities().supports(
             "qmatmul", float32)
         self._quantized_formats: dict[str, bool] = {}
-        self.weights = {name: self._upload(name, value, keep_quantized)
+        # quantized tables read by Embedding steps: host blocks, gathered row by row per call
+        self._tables: dict[str, tuple[Any, str]] = {}
+        embedded = {step["weight"] for _, step in spec.walk() if step.get("op") == "Embedding"}
+        self.weights = {name: self._upload(name, value, keep_quantized,
+                                           table=name in embedded)
                         for name, value in checkpoint.weights.items()}
         if not self.hparams.get("vocab_size") and "token_embd.weight" in self.weights:
             self.hparams["vocab_size"] = self.weights["token_embd.weight"].shape[0]
@@ -93,10 +98,16 @@ class CompiledModel:
             self._quantized_formats[value.format] = reason is None
         return self._quantized_formats[value.format]
 
-    def _upload(self, name: str, value: Any, keep_quantized: bool) -> Tensor:
+    def _upload(self, name: str, value: Any, keep_quantized: bool, *,
+                table: bool = False) -> Tensor:
         if isinstance(value, QuantizedArray):
             if keep_quantized and self._runs_quantized(value):
                 buffer = self.backend.upload(value.blocks)
+                if table:
+                    # NOTE: a lookup dequantizes only the rows it reads, on the host (the whole
+                    # table dequantized in the graph would be hoisted and cached as float32).
+                    host = buffer if isinstance(buffer, np.ndarray) else value.blocks
+                    self._tables[name] = (host, value.format)
                 # a backend may repack the blocks once, here, into a layout its kernels stream
                 prepared = prepare_weight(self.backend, name, buffer, value.type)
                 buffer = buffer if prepared is None else prepared
@@ -116,10 +127,12 @@ class CompiledModel:
             FormatError: a missing weight or hyper-parameter, naming the step.
             ShapeError: a weight whose shape does not fit, naming the op and shapes.
         """
-        tokens = Tensor._apply("constant", value=np.zeros((1, 1), np.int32))
-        ctx = self._context(tokens, arange(1, dtype=int32).reshape(1, 1), arange(1, dtype=int32),
-                            None, None, None, None)
-        run_steps(ctx, self.spec.forward)  # errors name the spec, the step and the layer
+        # constants recorded here bind to the model's backend, not to the caller's scope
+        with use_backend(self.backend):
+            tokens = Tensor._apply("constant", value=np.zeros((1, 1), np.int32))
+            ctx = self._context(tokens, arange(1, dtype=int32).reshape(1, 1),
+                                arange(1, dtype=int32), None, None, None, None)
+            run_steps(ctx, self.spec.forward)  # errors name the spec, the step and the layer
         unused = set(self.weights) - ctx.uses
         if unused - {"pooler.dense.weight", "pooler.dense.bias"}:
             import logging
@@ -131,10 +144,23 @@ class CompiledModel:
 
     def _context(self, tokens: Tensor, positions: Tensor, slots: Tensor,
                  key_mask: Tensor | None, cache: Cache | None, start: Tensor | None,
-                 last: Tensor | None) -> StepContext:
-        return StepContext(self.hparams, self.weights, {"tokens": tokens}, positions, slots,
+                 last: Tensor | None, rows: list[Tensor] | None = None) -> StepContext:
+        values = {"tokens": tokens}
+        for name, gathered in zip(sorted(self._tables), rows or [], strict=False):
+            values[f"rows:{name}"] = gathered  # read by the Embedding step
+        return StepContext(self.hparams, self.weights, values, positions, slots,
                            key_mask, cache, start, last, spec_source=self.spec.source,
                            runtime=self.runtime)
+
+    def _rows(self, tokens: np.ndarray[Any, Any]) -> list[Tensor]:
+        """The dequantized rows of each quantized lookup table at `tokens` (B, T) -> (B, T, C)."""
+        out = []
+        for name in sorted(self._tables):
+            blocks, fmt = self._tables[name]
+            index = np.clip(tokens.astype(np.int64), 0, blocks.shape[0] - 1)  # gather's clamp
+            rows = quant_blocks.dequantize(blocks[index], fmt)
+            out.append(from_numpy(rows.astype(np.float32), copy=False).to(self.backend))
+        return out
 
     def _run(self, ctx: StepContext) -> StepContext:
         with overrides(dict(self.runtime.get("functional_overrides", {}))):
@@ -142,20 +168,25 @@ class CompiledModel:
         return ctx
 
     def _forward_cached(self, tokens: Tensor, positions: Tensor, key_mask: Tensor,
-                        start: Tensor, cache: Cache, last: Tensor) -> tuple[Tensor, Cache]:
-        t = tokens.shape[1]
-        slots = arange(t, dtype=int32) + start
-        ctx = self._run(self._context(tokens, positions, slots, key_mask, cache, start, last))
+                        start: Tensor, cache: Cache, last: Tensor,
+                        rows: list[Tensor]) -> tuple[Tensor, Cache]:
+        with use_backend(self.backend):  # constants (iota, literals) on the model's backend
+            t = tokens.shape[1]
+            slots = arange(t, dtype=int32) + start
+            ctx = self._run(self._context(tokens, positions, slots, key_mask, cache, start,
+                                          last, rows))
         return ctx.values["logits"], cache
 
-    def _forward_encoder(self, tokens: Tensor, mask: Tensor, pool_mask: Tensor) -> Tensor:
-        b, t = tokens.shape
-        positions = arange(t, dtype=int32).reshape(1, t).expand(b, t)
-        key_mask = mask.reshape(b, 1, 1, t)
-        ctx = self._context(tokens, positions, arange(t, dtype=int32), key_mask, None, None,
-                            None)
-        ctx.values["pool_mask"] = pool_mask
-        ctx = self._run(ctx)
+    def _forward_encoder(self, tokens: Tensor, mask: Tensor, pool_mask: Tensor,
+                         rows: list[Tensor]) -> Tensor:
+        with use_backend(self.backend):  # constants (iota, literals) on the model's backend
+            b, t = tokens.shape
+            positions = arange(t, dtype=int32).reshape(1, t).expand(b, t)
+            key_mask = mask.reshape(b, 1, 1, t)
+            ctx = self._context(tokens, positions, arange(t, dtype=int32), key_mask, None,
+                                None, None, rows)
+            ctx.values["pool_mask"] = pool_mask
+            ctx = self._run(ctx)
         return ctx.values[self.spec.forward[-1]["output"]]
 
     # --- causal LM -----------------------------------------------------------------------------
@@ -189,7 +220,7 @@ class CompiledModel:
                              from_numpy(positions.astype(np.int32)),
                              from_numpy(key_mask.astype(np.bool_)),
                              from_numpy(np.asarray(start, np.int32)), cache,
-                             from_numpy(last.astype(np.int32)))
+                             from_numpy(last.astype(np.int32)), self._rows(tokens))
         return logits, new_cache
 
     # --- encoder -------------------------------------------------------------------------------
@@ -221,7 +252,7 @@ class CompiledModel:
         # NOTE: bind the inputs to the model's backend: `compile` picks the backend from its
         # arguments, and host arrays alone would send the trace to the selected default.
         out = self._encode(from_numpy(tok).to(self.backend), from_numpy(msk).to(self.backend),
-                           from_numpy(pmsk).to(self.backend))
+                           from_numpy(pmsk).to(self.backend), self._rows(tok))
         return np.asarray(out.numpy())
 
     def parameters(self) -> Mapping[str, Tensor]:

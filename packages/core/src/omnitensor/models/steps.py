@@ -174,7 +174,17 @@ def _eps(ctx: StepContext, s: Mapping[str, Any]) -> float:
 
 @step("Embedding")
 def _embedding(ctx: StepContext, s: Mapping[str, Any]) -> None:
-    """Out = weight[input] (token ids -> vectors)."""
+    """Out = weight[input] (token ids -> vectors).
+
+    A quantized table the runtime gathered on the host arrives as the value
+    ``rows:<weight>`` (only the rows read are dequantized); otherwise the table is read dense.
+    """
+    name = ctx.name(s["weight"])
+    gathered = ctx.values.get(f"rows:{name}")
+    if gathered is not None and s.get("input", "tokens") == "tokens":
+        ctx.uses.add(name)
+        ctx.values[s["output"]] = gathered
+        return
     table = ctx.weight(s["weight"], dense=True)
     assert table is not None
     ctx.values[s["output"]] = F.embedding(ctx.value(s.get("input", "tokens")), table)
