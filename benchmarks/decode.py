@@ -235,12 +235,15 @@ def peak_memory(name: str, path: Path, shape: dict[str, int], capacity: int) -> 
     """
     import subprocess
 
-    code = (f"import sys, resource; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+    # NOTE: VmHWM, not ru_maxrss: the latter survives fork+exec, so a child would report the
+    # parent's peak (the torch model this process built).
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             f"import decode; from pathlib import Path; "
             f"decode.PROMPT, decode.NEW = {PROMPT}, {NEW}; "
             f"s = decode.OmniSystem(Path({str(path)!r}), 'cpu'); "
             f"s.run(list(range(3, {PROMPT + 3})), {NEW}); "
-            f"print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            "print(next(int(line.split()[1]) for line in open('/proc/self/status') "
+            "if line.startswith('VmHWM')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     peak = int(out.stdout.strip().splitlines()[-1]) / 1024
     heads = shape["num_attention_heads"]
