@@ -115,3 +115,22 @@ def test_text_stream_holds_back_and_cuts_stop_strings(lm: CausalLM) -> None:
     for t in tok.encode("the ca", add_special_tokens=False):
         free.push(t)
     assert free.finish() == "ca" and free.text == "the ca"
+
+
+def test_the_cache_has_the_rows_in_use_not_max_batch(lm: CausalLM) -> None:
+    engine = BatchEngine(lm, max_batch=8, capacity=64)
+    ids = lm.tokenizer.encode("hello")
+    first = engine.submit(ids, SamplingParams(6))
+    engine.step()
+    assert engine._width == 1  # a lone request decodes one row
+    engine.step()
+    later = [engine.submit(lm.tokenizer.encode(p), SamplingParams(4)) for p in PROMPTS[1:3]]
+    engine.step()  # they join rows 1 and 2: the cache grows to 4 rows, row 0 copied over
+    assert engine._width == 4
+    _drain(engine)
+    assert [e.token for e in _events(first) if e.token is not None] == lm.generate(
+        "hello", max_new_tokens=6).token_ids
+    assert all(h.completion_tokens == 4 for h in later)
+    engine.submit(ids, SamplingParams(2))
+    engine.step()
+    assert engine._width == 1  # the batch drained: the next one starts small again

@@ -11,9 +11,13 @@ takes one start slot, DESIGN §4). What belongs to whom is the per-row key mask:
 - a *decode* step feeds every running row its last sampled token at slot ``now``;
 - an idle row sees only the current slot, so its (discarded) values stay finite.
 
-Decode steps run one shape, ``(max_batch, 1)`` over the full cache, so one compiled program
-serves whatever joins or leaves; joins compile once per (joiners bucket, length bucket). When
-the clock cannot fit a waiting request, it waits until the batch drains and the clock restarts.
+The cache has as many rows as the busiest row in use needs, rounded up to a power of two (at
+most ``max_batch``): a lone request decodes one row, not ``max_batch``. Joiners take the lowest
+free rows; when a join needs more rows the cache grows (the old rows copied in once), and it is
+dropped when the batch drains. Decode steps run one shape per row bucket, ``(rows, 1)`` over the
+cache, so a few compiled programs serve whatever joins or leaves; joins compile once per
+(joiners bucket, length bucket). When the clock cannot fit a waiting request, it waits until the
+batch drains and the clock restarts.
 
 `BatchEngine.step` does one join or decode step in the caller's thread (the CLI drives it so);
 `start` runs steps in a background thread (the server). Results come back as `Event`s on each
@@ -188,6 +192,8 @@ class BatchEngine:
         self._mask = np.zeros((max_batch, self.capacity), np.bool_)
         self._waiting: list[Handle] = []
         self._cache: Any = None
+        self._width = 0  # rows of the cache (a power of two <= max_batch; 0: no cache)
+        self._grower: Any = None
         self._now = 0
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -284,7 +290,7 @@ class BatchEngine:
             handles = [r.handle for r in self._rows if r is not None] + self._waiting
             self._rows = [None] * self.max_batch
             self._waiting = []
-            self._cache = None
+            self._cache, self._width = None, 0
         for h in handles:
             h.put(Event(finish_reason="error" if message else "cancelled", error=message))
 
@@ -314,8 +320,9 @@ class BatchEngine:
             if not self._waiting:
                 return []
             if all(r is None for r in self._rows):
-                self._now = 0  # the batch drained: the clock restarts
+                self._now = 0  # the batch drained: the clock restarts, the cache goes
                 self._mask[:] = False
+                self._cache, self._width = None, 0
             free = [i for i, r in enumerate(self._rows) if r is None]
             chosen: list[tuple[int, Handle]] = []
             width = 0
@@ -338,9 +345,16 @@ class BatchEngine:
         owed += [h.params.max_new_tokens - 1 for h in joining]
         return now + max(owed) <= self.capacity
 
-    def _ensure_cache(self) -> Any:
+    def _ensure_cache(self, rows: int) -> Any:
+        """The cache with at least `rows` rows (grown to the next power of two if needed)."""
+        width = min(bucket(max(rows, 1)), self.max_batch)
         if self._cache is None:
-            self._cache = self.model.new_cache(self.max_batch, self.capacity)
+            self._cache, self._width = self.model.new_cache(width, self.capacity), width
+        elif width > self._width:
+            if self._grower is None:
+                self._grower = compile_fn(_copy_rows, donate=(0,))
+            self._cache = self._grower(self.model.new_cache(width, self.capacity), self._cache)
+            self._width = width
         return self._cache
 
     def _step_mask(self) -> np.ndarray[Any, Any]:
@@ -349,7 +363,7 @@ class BatchEngine:
             if row is None:  # idle rows see only this step's slot: finite throwaway values
                 mask[i, :] = False
                 mask[i, self._now] = True
-        return mask.reshape(self.max_batch, 1, 1, self.capacity)
+        return mask[: self._width].reshape(self._width, 1, 1, self.capacity)
 
     def _join(self, joining: list[tuple[int, Handle]]) -> None:
         width = max(bucket(len(h.prompt)) for _, h in joining)
@@ -366,7 +380,7 @@ class BatchEngine:
         logits, small = self.model.step(tokens, positions, key_mask, 0,
                                         self.model.new_cache(b, width), np.full(b, width - 1))
         self._now = max(self._now, width)
-        cache = self._ensure_cache()
+        cache = self._ensure_cache(max(i for i, _ in joining) + 1)
         for j, (i, h) in enumerate(joining):
             cache = self._insert(cache, small, j, i, self._now - width)
             pad = width - len(h.prompt)
@@ -388,18 +402,18 @@ class BatchEngine:
         return self._inserter(cache, small, index(src), index(dst), index(slot))
 
     def _decode(self) -> None:
-        b, now = self.max_batch, self._now
+        b, now = self._width, self._now
         tokens = np.zeros((b, 1), np.int64)
         positions = np.zeros((b, 1), np.int64)
         active = []
-        for i, row in enumerate(self._rows):
+        for i, row in enumerate(self._rows[:b]):
             if row is not None:
                 tokens[i, 0], positions[i, 0] = row.last_token, row.position
                 self._mask[i, now] = True
                 row.position += 1
                 active.append(i)
         logits, self._cache = self.model.step(tokens, positions, self._step_mask(), now,
-                                              self._ensure_cache(), np.zeros(b))
+                                              self._cache, np.zeros(b))
         self._now += 1
         self.counters["decode_steps"] += 1
         self._emit(np.asarray(logits.numpy()), [(i, i) for i in active])
@@ -446,3 +460,12 @@ def _insert_rows(cache: list[list[Tensor]], small: list[list[Tensor]], src: Tens
                                 sizes=(1, *part.shape[1:]))
             big.assign(Tensor._apply("dynamic_update_slice", big, one, dst, zero, slot, zero))
     return cache
+
+
+def _copy_rows(new: list[list[Tensor]], old: list[list[Tensor]]) -> list[list[Tensor]]:
+    """`new` (a larger, zeroed cache) with `old`'s rows written at its first rows."""
+    zero = Tensor._apply("constant", value=np.asarray(0, np.int32))
+    for pair, old_pair in zip(new, old, strict=True):
+        for big, small in zip(pair, old_pair, strict=True):
+            big.assign(Tensor._apply("dynamic_update_slice", big, small, zero, zero, zero, zero))
+    return new
