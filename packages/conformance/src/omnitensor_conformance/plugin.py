@@ -55,6 +55,7 @@ class ConformanceState:
     report_dir: str | None = None
     listing: list[str] = field(default_factory=list)
     nothing_to_run: str = ""
+    expanded: set[str] = field(default_factory=set)  # passed through the decomposition
 
     def selected(self) -> list[Case]:
         """The cases of this session's mode after ``--omnitensor-ops``/``--omnitensor-case``."""
@@ -73,6 +74,8 @@ class ConformanceState:
                            backend_name=self.backend_name, loosened=self.matrix.loosened)
         if outcome.status == "unsupported":
             pytest.skip(_UNSUPPORTED + outcome.message)
+        if outcome.status == "expanded":
+            self.expanded.add(case.id)
         if outcome.status == "fail":
             pytest.fail(outcome.message, pytrace=False)
 
@@ -240,12 +243,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if state.list_ops:
         state.listing = _listing(state, [case for _, case in suite])
     else:
-        from .runner import first_unsupported
+        from .runner import first_unsupported, for_backend
 
         for _, case in suite:
-            reason = first_unsupported(state.backend, case.function())
-            state.matrix.record(case.id, case.op, case.dtype,
-                                "pass" if reason is None else "unsupported")
+            fn, expanded = for_backend(state.backend, case)
+            reason = first_unsupported(state.backend, fn)
+            status = "unsupported" if reason is not None else "expanded" if expanded else "pass"
+            state.matrix.record(case.id, case.op, case.dtype, status)
     config.hook.pytest_deselected(items=list(items))
     items[:] = []
 
@@ -281,7 +285,7 @@ def pytest_runtest_makereport(item: pytest.Item,
             if report.passed:
                 state.matrix.stale_xfails[case.id] = "listed as a known failure but passed"
         elif report.passed:
-            status = "pass"
+            status = "expanded" if case.id in state.expanded else "pass"
         elif report.failed:
             status = "fail"
         elif report.skipped:

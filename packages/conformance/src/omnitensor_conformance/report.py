@@ -18,8 +18,9 @@ __all__ = ["CELL_ORDER", "Matrix", "PerfRow"]
 
 #: Cell statuses, worst first: a cell shows the worst status among its samples, except that a
 #: cell with passes and unsupported samples is ``partial``.
-CELL_ORDER = ("fail", "xfail", "partial", "pass", "unsupported")
-_SYMBOL = {"pass": "✅", "fail": "❌", "unsupported": "·", "xfail": "⚠️", "partial": "◐"}
+CELL_ORDER = ("fail", "xfail", "partial", "pass", "expanded", "unsupported")
+_SYMBOL = {"pass": "✅", "fail": "❌", "unsupported": "·", "xfail": "⚠️", "partial": "◐",
+           "expanded": "⤵"}
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,11 @@ class Matrix:
     perf: list[PerfRow] = field(default_factory=list)
 
     def record(self, case_id: str, op: str, dtype: str, status: str) -> None:
-        """Record one case's status (``pass``, ``fail``, ``unsupported``, ``xfail``)."""
+        """Record one case's status.
+
+        One of ``pass``, ``fail``, ``unsupported``, ``xfail`` or ``expanded`` (a composite the
+        backend does not lower, run as its decomposition).
+        """
         self.outcomes[case_id] = (op, dtype, status)
 
     def cells(self) -> dict[str, dict[str, str]]:
@@ -83,7 +88,11 @@ class Matrix:
                     cell = "xfail"
                 elif kinds == {"pass"}:
                     cell = "pass"
-                elif "pass" in kinds:
+                elif kinds == {"expanded"}:
+                    cell = "expanded"
+                elif kinds <= {"pass", "expanded"}:
+                    cell = "pass"
+                elif kinds & {"pass", "expanded"}:
                     cell = "partial"
                 else:
                     cell = "unsupported"
@@ -99,6 +108,8 @@ class Matrix:
         counts = self.counts()
         cells = Counter(c for row in self.cells().values() for c in row.values())
         parts = [f"{counts.get(s, 0)} {s}" for s in ("pass", "fail", "unsupported", "xfail")]
+        if counts.get("expanded"):
+            parts.append(f"{counts['expanded']} expanded")
         line = (f"conformance[{self.backend}] {self.mode}: {', '.join(parts)} cases; "
                 f"{len(self.cells())} ops, {sum(cells.values())} op×dtype cells "
                 f"({cells.get('pass', 0)} pass, {cells.get('partial', 0)} partial, "
@@ -132,7 +143,8 @@ class Matrix:
         dtypes = [d.name for d in ALL if d.name in used] + sorted(used - {d.name for d in ALL})
         lines = [f"# Conformance of `{self.backend}` ({self.mode} mode)", "", self.summary(), "",
                  "Legend: ✅ pass · ❌ fail · ⚠️ known failure (xfail) · ◐ partial (some "
-                 "samples unsupported) · `·` unsupported · blank: the op does not declare the "
+                 "samples unsupported) · ⤵ expanded (no lowering: the decomposition ran) · `·` "
+                 "unsupported · blank: the op does not declare the "
                  "dtype.", ""]
         if self.loosened:
             lines += ["Loosened tolerances: " + ", ".join(

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from omnitensor.backend.contract import Backend, primary_dtype
+from omnitensor.backend.contract import Backend
 from omnitensor.errors import UnsupportedError
 from omnitensor.ir.interpret import evaluate, run_instruction
 from omnitensor.ir.opdef import Trait, get_op
 from omnitensor.ir.program import Function
 from omnitensor.ir.types import TensorType
+from omnitensor.optimizer.passes import expand_composites
 
 from .case import Case
 from .compare import Mismatch, Tolerance, compare, tolerance_for
@@ -29,6 +30,7 @@ __all__ = [
     "Outcome",
     "check_kind",
     "first_unsupported",
+    "for_backend",
     "reference_outputs",
     "reproducer",
     "run_case",
@@ -46,7 +48,8 @@ class Outcome:
     """What happened to one case on one backend.
 
     Attributes:
-        status: ``pass``, ``fail`` or ``unsupported``.
+        status: ``pass``, ``fail``, ``unsupported`` or ``expanded`` (the backend has no
+            lowering of the composite under test; its decomposition ran and matched).
         message: the reason (unsupported) or the failure report with its reproducer.
         tolerances: the tolerance used per output (shown in reports).
     """
@@ -85,8 +88,25 @@ def reproducer(case: Case, fn: Function, seed: int, backend: str) -> str:
     )
 
 
+def for_backend(backend: Backend, case: Case) -> tuple[Function, bool]:
+    """The case's program as the backend gets it, and whether a composite under test expanded.
+
+    As the optimizer does, composites the backend has no lowering for are inlined
+    (`expand_composites`); a case whose own composite was expanded is reported ``expanded``.
+    """
+    fn = case.function()
+    op = case.op.removeprefix("grad.")
+    claimed = not any(inst.op == op and backend.supports(inst) is not None for inst in fn.body)
+    return fn, expand_composites(fn, backend.supports) > 0 and not claimed
+
+
 def first_unsupported(backend: Backend, fn: Function) -> str | None:
-    """The backend's reason for the first instruction of `fn` it declares unsupported, or None."""
+    """The backend's reason for the first instruction of `fn` it declares unsupported, or None.
+
+    Composites the backend does not lower count as supported: they are expanded.
+    """
+    fn = fn.copy()
+    expand_composites(fn, backend.supports)
     for inst in fn.body:
         reason = backend.supports(inst)
         if reason is not None:
@@ -155,7 +175,7 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
         backend_name: the name used in the rerun command.
         loosened: the backend's per-dtype loosening factors.
     """
-    fn = case.function()
+    fn, expanded = for_backend(backend, case)
     reason = first_unsupported(backend, fn)
     if reason is not None:
         return Outcome("unsupported", reason)
@@ -192,6 +212,9 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
     if problems:
         return Outcome("fail", f"{case.id}: does not match the reference interpreter\n"
                                + "\n".join(problems) + "\n" + repro, tolerances)
+    if expanded:
+        return Outcome("expanded", f"{case.op}: no lowering in backend {backend_name!r}; its "
+                                   f"decomposition ran and matched", tolerances)
     return Outcome("pass", "", tolerances)
 
 
@@ -220,7 +243,7 @@ def time_case(backend: Backend, case: Case, *, seed: int, repeats: int = 3) -> T
     Raises:
         UnsupportedError: when the backend declares the case unsupported.
     """
-    fn = case.function()
+    fn, _ = for_backend(backend, case)
     reason = first_unsupported(backend, fn)
     if reason is not None:
         raise UnsupportedError(reason, op=case.op, backend=backend.name)
@@ -239,8 +262,3 @@ def time_case(backend: Backend, case: Case, *, seed: int, repeats: int = 3) -> T
     outputs = evaluate(fn, inputs)
     moved = sum(a.nbytes for a in inputs) + sum(np.asarray(o).nbytes for o in outputs)
     return Timing(backend_s, reference_s, moved, case.flops)
-
-
-def case_dtype(fn: Function) -> str:
-    """The primary dtype name of the first instruction (for sources that need it)."""
-    return primary_dtype(fn.body[0]).name if fn.body else "none"

@@ -63,6 +63,11 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "iota": lambda: ([], {"shape": (2, 3), "dimension": 1, "dtype": I32}),
     "constant": lambda: ([], {"value": np.arange(6, dtype=np.float32).reshape(2, 3)}),
     "rng": lambda: ([TensorType((2,), dtypes.uint32)], {"shape": (2, 3), "dtype": F32}),
+    # composites (normalized axes are the trailing ones)
+    "softmax": lambda: ([f32(2, 3)], {"axes": (1,)}),
+    "log_softmax": lambda: ([f32(2, 3)], {"axes": (1,)}),
+    "layer_norm": lambda: ([f32(2, 3), f32(3), f32(3)], {"axes": (1,)}),
+    "rms_norm": lambda: ([f32(2, 3, 4), f32(3, 4)], {"axes": (1, 2)}),
     "custom_call": lambda: ([f32(2, 3), f32(2, 3)],
                             {"name": "fused_exp_add", "decomposition": _decomposition()}),
     # linalg / indexing / quant (declared in linalg.py, indexing.py, quant.py)

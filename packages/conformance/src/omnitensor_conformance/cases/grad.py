@@ -61,17 +61,15 @@ def _out_type(sample: Any, dtype: DType) -> TensorType:
     return TensorType(out.shape, out.dtype)
 
 
-def _portable(sample: Any, dtype: DType) -> bool:
-    """False for samples that read large constants (e.g. quantized weights) or fail to build."""
-    try:
-        types = [TensorType(s, dtype) for s in sample.shapes] + [_out_type(sample, dtype)]
-        builder = Builder("probe")
-        values = [builder.input(t) for t in types]
-        holders = [_placeholder(i, t) for i, t in enumerate(types)]
-        _emit(builder, values, _vjp_tensors(sample, holders[:-1], holders[-1]))
-    except Exception:  # noqa: BLE001 (such a sample is simply not a conformance case)
-        return False
-    return True
+def _portable(sample: Any) -> bool:
+    """False for samples of quantized ops: they read large constant weights, not inputs.
+
+    Anything else that fails to build is a broken gradient rule or sample and must fail (it is
+    not caught here).
+    """
+    from omnitensor.ir.opdef import Trait, get_op
+
+    return not get_op(sample.op).has(Trait.QUANTIZED)
 
 
 def grad_cases() -> Iterator[Case]:
@@ -79,9 +77,9 @@ def grad_cases() -> Iterator[Case]:
     from omnitensor.autograd.samples import grad_samples
 
     for sample in grad_samples():
+        if not _portable(sample):
+            continue
         for dtype in _DTYPES:
-            if not _portable(sample, dtype):
-                continue
             types = [TensorType(s, dtype) for s in sample.shapes] + [_out_type(sample, dtype)]
             args = tuple(Arg(t, _fill(sample.fill)) for t in types[:-1]) + (
                 Arg(types[-1], "normal"),)

@@ -156,7 +156,28 @@ def grad_samples() -> list[GradSample]:
                    "distinct"))
     add(GradSample("custom_call", "square_plus", ((2, 3), (2, 3)), _custom_square_plus))
     add(GradSample("qmatmul", "q8_0", ((2, 32),), _qmatmul_sample))
+    _composite_samples(add)
     return s
+
+
+def _composite_samples(add: Callable[[GradSample], None]) -> None:
+    """One sample per composite form (checked, like every op, against finite differences)."""
+    add(GradSample("softmax", "last", ((3, 4),), lambda x: _op("softmax", x, axes=(1,))))
+    add(GradSample("softmax", "two_trailing", ((2, 3, 4),),
+                   lambda x: _op("softmax", x, axes=(1, 2))))
+    add(GradSample("log_softmax", "last", ((3, 4),),
+                   lambda x: _op("log_softmax", x, axes=(1,))))
+    add(GradSample("layer_norm", "affine", ((3, 4), (4,), (4,)),
+                   lambda x, w, b: _op("layer_norm", x, w, b, axes=(1,), eps=1e-5)))
+    add(GradSample("layer_norm", "plain", ((2, 3, 4),),
+                   lambda x: _op("layer_norm", x, axes=(1, 2), eps=1e-5)))
+    add(GradSample("rms_norm", "weight", ((3, 4), (4,)),
+                   lambda x, w: _op("rms_norm", x, w, axes=(1,), eps=1e-6)))
+    add(GradSample("rms_norm", "plain", ((3, 4),), lambda x: _op("rms_norm", x, axes=(1,))))
+    for approximate in ("none", "tanh"):
+        add(GradSample("gelu", approximate, ((3, 4),),
+                       lambda x, a=approximate: _op("gelu", x, approximate=a)))
+    add(GradSample("silu", "vec", ((3, 4),), lambda x: _op("silu", x)))
 
 
 def _op_multi(op_name: str, *xs: Any, **attrs: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType
-from ..ir.opdef import OpDef, all_ops
+from ..ir.opdef import OpDef, Trait, all_ops
 from ..ir.program import Instruction
 from .contract import Backend
 
@@ -23,9 +23,15 @@ Array = np.ndarray[Any, Any]
 
 
 def reference_op_table() -> dict[str, frozenset[DType]]:
-    """Every op x every dtype its declaration allows (operand-specific dtypes included)."""
+    """Every primitive op x every dtype its declaration allows (operand-specific dtypes included).
+
+    Composites are left out: a backend claims a composite only through a lowering, so for a
+    backend using this table `expand_composites` inlines every composite's decomposition.
+    """
     ops: dict[str, frozenset[DType]] = {}
     for name, opdef in all_ops().items():
+        if opdef.has(Trait.COMPOSITE):
+            continue
         dtypes = set(opdef.dtypes)
         for spec in opdef.operands:
             dtypes.update(spec.dtypes or ())

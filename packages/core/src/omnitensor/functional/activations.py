@@ -1,15 +1,29 @@
-"""Activations and normalized exponentials: softmax, log_softmax, gelu, silu, relu."""
+"""Activations and normalized exponentials: softmax, log_softmax, gelu, silu, relu.
+
+softmax/log_softmax over the last axis, gelu and silu emit their composites
+(`ir/ops/composite/`); softmax over another axis records the primitives directly.
+"""
 
 from __future__ import annotations
 
-import math
-
+from ..dtypes import default_float
 from ..errors import OmnitensorError
 from ..tensor.math import where
 from ..tensor.tensor import Tensor
 from .registry import functional
 
 __all__ = ["gelu", "log_softmax", "relu", "silu", "softmax"]
+
+
+def _floating(x: Tensor) -> Tensor:
+    return x if x.dtype.is_floating else x.astype(default_float)
+
+
+def _last(x: Tensor, axis: int) -> bool:
+    """True when `axis` names x's last dim of a floating x (the composite's trailing form)."""
+    if not isinstance(axis, int) or isinstance(axis, bool) or x.ndim == 0:
+        return False
+    return x.dtype.is_floating and axis in (-1, x.ndim - 1)
 
 
 @functional("softmax")
@@ -20,6 +34,8 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
         x: float tensor.
         axis: the normalized axis.
     """
+    if _last(x, axis):
+        return Tensor._apply("softmax", x, axes=(x.ndim - 1,))
     shifted = x - x.max(axis, keepdims=True).detach()  # the shift does not change the value
     e = shifted.exp()
     return e / e.sum(axis, keepdims=True)
@@ -28,6 +44,8 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
 @functional("log_softmax")
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     """X - log(sum(exp(x))) along `axis`, computed stably."""
+    if _last(x, axis):
+        return Tensor._apply("log_softmax", x, axes=(x.ndim - 1,))
     shifted = x - x.max(axis, keepdims=True).detach()
     return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
@@ -39,11 +57,8 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     Math: exact ``0.5 x (1 + erf(x / sqrt 2))``; tanh ``0.5 x (1 + tanh(sqrt(2/pi)(x +
     0.044715 x^3)))``.
     """
-    if approximate == "none":
-        return 0.5 * x * (1.0 + Tensor._apply("erf", x * (1.0 / math.sqrt(2.0))))
-    if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1.0 + inner.tanh())
+    if approximate in ("none", "tanh"):
+        return Tensor._apply("gelu", _floating(x), approximate=approximate)
     raise OmnitensorError(
         f"gelu: unknown approximate={approximate!r} (expected 'none' or 'tanh')", op="gelu")
 
@@ -51,7 +66,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 @functional("silu")
 def silu(x: Tensor) -> Tensor:
     """X * sigmoid(x) (a.k.a. swish)."""
-    return x * x.sigmoid()
+    return Tensor._apply("silu", _floating(x))
 
 
 @functional("relu")

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final, overload
 
-from ..dtypes import ALL, DType
+from ..dtypes import ALL, DType, as_dtype
 from ..errors import DTypeError, OmnitensorError
+from .types import TensorType
 
 if TYPE_CHECKING:
-    from .program import Instruction
+    from .program import Function, Instruction
 
 __all__ = [
     "AttributeSpec",
@@ -29,6 +30,8 @@ __all__ = [
     "Trait",
     "all_ops",
     "attribute",
+    "composite",
+    "decomposition",
     "get_op",
     "operand",
     "primitive",
@@ -54,6 +57,7 @@ class Trait(enum.Flag):
     QUANTIZED = enum.auto()  # takes a QTensorType operand
     NON_DIFFERENTIABLE = enum.auto()  # no gradient rule: integer/boolean results or piecewise
     MULTI_RESULT = enum.auto()
+    COMPOSITE = enum.auto()  # declared with `@composite`: defined by its `decompose`
 
 
 class _Missing:
@@ -111,6 +115,8 @@ class OpDef:
             as numpy computes it; the conformance suite also applies per-dtype tolerances).
         unspecified: optional ``(*inputs, **attrs) -> bool mask`` of result elements the doc
             calls unspecified (masked out by the conformance suite).
+        decompose: for composites (`Trait.COMPOSITE`), ``(builder, *operands, **attrs) ->
+            value or tuple of values`` emitting the portable primitive decomposition.
     """
 
     name: str
@@ -124,6 +130,7 @@ class OpDef:
     view: type[OpView]
     ulp: int = 0
     unspecified: Callable[..., Any] | None = None
+    decompose: Callable[..., Any] | None = None
 
     @property
     def summary(self) -> str:
@@ -309,6 +316,51 @@ def _check_signature(name: str, what: str, fn: Callable[..., Any], ops: list[str
         )
 
 
+def _declare(cls: type[_V], name: str, traits: Trait, dtypes: Sequence[DType],
+             reference: Callable[..., Any] | None, ulp: int,
+             decompose: Callable[..., Any] | None = None) -> type[_V]:
+    if name in _REGISTRY:
+        raise TypeError(f"op {name!r} is declared twice")
+    operands: list[OperandSpec] = []
+    attributes: list[AttributeSpec] = []
+    for f in _fields(cls):
+        if f.kind == "operand":
+            f.index = len(operands)
+            operands.append(OperandSpec(f.name, **f.options))
+        else:
+            attributes.append(AttributeSpec(f.name, f.options["default"]))
+    if sum(o.variadic for o in operands) > 1:
+        raise TypeError(f"{name}: at most one variadic operand")
+    infer = cls.__dict__.get("infer") or getattr(cls, "infer", None)
+    kernel = reference or getattr(cls, "reference", None)
+    if infer is None or kernel is None:
+        raise TypeError(f"{name}: an op needs `infer` and a reference kernel")
+    infer_fn = infer.__func__ if isinstance(infer, staticmethod) else infer
+    op_names = [o.name for o in operands]
+    attr_names = [a.name for a in attributes]
+    _check_signature(name, "infer", infer_fn, op_names, attr_names)
+    if reference is None:
+        _check_signature(name, "reference", kernel, op_names, attr_names)
+    if decompose is not None:
+        _check_signature(name, "decompose", decompose, ["b", *op_names], attr_names)
+    cls.opdef = OpDef(
+        name=name,
+        operands=tuple(operands),
+        attributes=tuple(attributes),
+        traits=traits,
+        dtypes=tuple(dtypes),
+        infer=infer_fn,
+        reference=kernel,
+        doc=inspect.cleandoc(cls.__doc__ or ""),
+        view=cls,
+        ulp=ulp,
+        unspecified=getattr(cls, "unspecified", None),
+        decompose=decompose,
+    )
+    _REGISTRY[name] = cls.opdef
+    return cls
+
+
 def primitive(
     name: str,
     *,
@@ -333,45 +385,76 @@ def primitive(
     """
 
     def wrap(cls: type[_V]) -> type[_V]:
-        if name in _REGISTRY:
-            raise TypeError(f"op {name!r} is declared twice")
-        operands: list[OperandSpec] = []
-        attributes: list[AttributeSpec] = []
-        for f in _fields(cls):
-            if f.kind == "operand":
-                f.index = len(operands)
-                operands.append(OperandSpec(f.name, **f.options))
-            else:
-                attributes.append(AttributeSpec(f.name, f.options["default"]))
-        if sum(o.variadic for o in operands) > 1:
-            raise TypeError(f"{name}: at most one variadic operand")
-        infer = cls.__dict__.get("infer") or getattr(cls, "infer", None)
-        kernel = reference or getattr(cls, "reference", None)
-        if infer is None or kernel is None:
-            raise TypeError(f"{name}: a primitive needs `infer` and a reference kernel")
-        infer_fn = infer.__func__ if isinstance(infer, staticmethod) else infer
-        op_names = [o.name for o in operands]
-        attr_names = [a.name for a in attributes]
-        _check_signature(name, "infer", infer_fn, op_names, attr_names)
-        if reference is None:
-            _check_signature(name, "reference", kernel, op_names, attr_names)
-        cls.opdef = OpDef(
-            name=name,
-            operands=tuple(operands),
-            attributes=tuple(attributes),
-            traits=traits,
-            dtypes=tuple(dtypes),
-            infer=infer_fn,
-            reference=kernel,
-            doc=inspect.cleandoc(cls.__doc__ or ""),
-            view=cls,
-            ulp=ulp,
-            unspecified=getattr(cls, "unspecified", None),
-        )
-        _REGISTRY[name] = cls.opdef
-        return cls
+        return _declare(cls, name, traits, dtypes, reference, ulp)
 
     return wrap
+
+
+def composite(
+    name: str,
+    *,
+    traits: Trait = Trait.NONE,
+    dtypes: Sequence[DType] = ALL,
+    ulp: int = 0,
+) -> Callable[[type[_V]], type[_V]]:
+    """Declare a composite op: a named op defined by its portable decomposition.
+
+    Like `primitive`, the class provides the fields, a docstring and a static ``infer``; instead
+    of a numpy kernel it provides a static ``decompose(b, *operands, **attrs)`` that emits the
+    decomposition with a `Builder` `b` (operands are `Value`s) and returns the result value(s).
+    The reference kernel is the interpreter running that decomposition; backends lower the
+    composite through their lowering table or get it expanded (`optimizer.passes.composites`).
+
+    Args:
+        name: the op's name (the functional's name).
+        traits: its traits (`Trait.COMPOSITE` is added).
+        dtypes: dtypes of its primary operand.
+        ulp: the ULP budget a backend's fused kernel may differ from the decomposition by.
+    """
+
+    def wrap(cls: type[_V]) -> type[_V]:
+        raw = cls.__dict__.get("decompose")
+        if raw is None:
+            raise TypeError(f"{name}: a composite needs a static `decompose`")
+        decompose = raw.__func__ if isinstance(raw, staticmethod) else raw
+
+        def reference(*operands: Any, **attrs: Any) -> Any:
+            from .interpret import evaluate  # the interpreter imports this module
+
+            flat = [a for group in operands
+                    for a in (group if isinstance(group, tuple) else (group,))]
+            fn = decomposition(cls.opdef, [_type_of(a) for a in flat], attrs)
+            outs = evaluate(fn, flat)
+            return tuple(outs) if len(outs) > 1 else outs[0]
+
+        return _declare(cls, name, traits | Trait.COMPOSITE, dtypes, reference, ulp, decompose)
+
+    return wrap
+
+
+def _type_of(array: Any) -> TensorType:
+    return TensorType(tuple(array.shape), as_dtype(array.dtype))
+
+
+def decomposition(op: OpDef, operand_types: Sequence[Any], attrs: dict[str, Any]) -> Function:
+    """The portable decomposition of composite `op` on `operand_types`, as a PTIR `Function`.
+
+    Args:
+        op: a composite's OpDef.
+        operand_types: the instruction's operand types (flat, in order).
+        attrs: its complete attributes.
+
+    Raises:
+        OmnitensorError: when `op` is not a composite.
+    """
+    from .builder import Builder  # the builder imports this module
+
+    if op.decompose is None:
+        raise OmnitensorError(f"{op.name}: not a composite (no decomposition)", op=op.name)
+    b = Builder(op.name)
+    inputs = [b.input(t) for t in operand_types]
+    result = op.decompose(b, *op.group(inputs), **attrs)
+    return b.build(list(result) if isinstance(result, tuple) else [result])
 
 
 def all_ops() -> dict[str, OpDef]:
@@ -395,11 +478,3 @@ def get_op(name: str) -> OpDef:
     close = difflib.get_close_matches(name, ops, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise OmnitensorError(f"unknown op {name!r}{hint}", op=name)
-
-
-def iter_views(insts: Sequence[Instruction], view: type[_V]) -> Iterator[_V]:
-    """Views of every instruction in `insts` that is an instance of `view`'s op."""
-    for inst in insts:
-        matched = view.match(inst)
-        if matched is not None:
-            yield matched

@@ -6,11 +6,11 @@ the pipeline that runs them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..ir.program import Function
+from ..ir.program import Function, Instruction
 
 if TYPE_CHECKING:
     from .dump import Trace
@@ -66,6 +66,8 @@ class PassContext:
         cse_constant_limit: constants up to this many elements are merged by value in CSE.
         trace: where pass and rewrite events go (a `dump.Trace`), or None.
         options: free-form settings for backend passes.
+        supports: the backend's ``supports`` (instruction -> reason or None); composites it
+            rejects are expanded (`passes.composites`). None: portable, nothing is expanded.
     """
 
     backend: str | None = None
@@ -75,3 +77,4 @@ class PassContext:
     cse_constant_limit: int = 1024
     trace: Trace | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    supports: Callable[[Instruction], str | None] | None = None

@@ -1,10 +1,11 @@
 """The default optimizer pipeline (`PipelineOptimizer`, `optimize`) and its knobs and counters.
 
-Order: a bounded fixed-point loop of canonicalization, folding and CSE
-(``OMNITENSOR_OPT_PRE_ITERS``, default 2), the backend's passes (given in the `PassContext`;
-the plugin hook supplies them), param-only hoisting (when the context asks), then a bounded
-fixed-point loop of CSE, DCE and canonicalization (``OMNITENSOR_OPT_POST_ITERS``, default
-4). ``OMNITENSOR_OPT=0`` switches it off; ``OMNITENSOR_PASS_STATS=1`` logs per-pass runs,
+Order: composites the backend cannot lower are expanded (`passes.composites`; only when the
+context names the backend's ``supports``), then a bounded fixed-point loop of canonicalization,
+folding and CSE (``OMNITENSOR_OPT_PRE_ITERS``, default 2), the backend's passes (given in the
+`PassContext`; the plugin hook supplies them), param-only hoisting (when the context asks), then
+a bounded fixed-point loop of CSE, DCE and canonicalization (``OMNITENSOR_OPT_POST_ITERS``,
+default 4). ``OMNITENSOR_OPT=0`` switches it off; ``OMNITENSOR_PASS_STATS=1`` logs per-pass runs,
 rewrites and time at WARNING; ``OMNITENSOR_OPT_VERIFY=1`` runs the verifier after every pass
 (tests set it). Every variable is read at call time.
 """
@@ -22,7 +23,7 @@ from ..errors import OmnitensorError
 from ..ir.program import Function
 from .context import Pass, PassContext, PassResult
 from .dump import Trace, dump_dir
-from .passes import CSEPass, DCEPass, PatternPass, plan_hoist
+from .passes import CSEPass, DCEPass, ExpandCompositesPass, PatternPass, plan_hoist
 from .registry import Pattern
 from .rewrite import apply_patterns
 
@@ -281,6 +282,8 @@ class PipelineOptimizer:
             trace.program("before", fn)
         work = fn.copy()
         verify = _env_flag(ENV_VERIFY, False)
+        if ctx.supports is not None:  # a backend is known: expand what it cannot lower
+            self._run_pass(ExpandCompositesPass(), work, ctx, result, trace, "expand", 0, verify)
         result.pre_iterations = self._loop("pre", self.pre_passes, work, ctx, pre_iters, result,
                                            trace, verify)
         for obj in ctx.backend_passes:
@@ -391,5 +394,7 @@ def optimize_for_backend(function: Function, backend: Any, *, passes: Sequence[A
         trace: the realization's dump trace, if any.
     """
     name = backend if isinstance(backend, str) else getattr(backend, "name", None)
-    out, _ = optimize(function, PassContext(backend=name, backend_passes=passes, trace=trace))
+    supports = None if isinstance(backend, str) else getattr(backend, "supports", None)
+    out, _ = optimize(function, PassContext(backend=name, backend_passes=passes, trace=trace,
+                                            supports=supports))
     return out

@@ -121,7 +121,7 @@ def compile_plan(cap: Capture, backend: Backend, *, hoist: bool = True) -> Plan:
         dump.dump_dir() is not None) else None
     try:
         context = PassContext(backend=backend.name, backend_passes=backend_passes(backend.name),
-                              hoist=hoist, trace=trace)
+                              hoist=hoist, trace=trace, supports=backend.supports)
         main, result = optimize(function, context)
         plan = Plan(_compile(main, backend), main, backend)
         if result.prelude is not None:

@@ -39,7 +39,7 @@ def vjp(op: str) -> Callable[[VJP], VJP]:
 
 
 def _load() -> None:
-    from . import creation, elementwise, indexing, linalg, movement, reduce  # noqa: F401
+    from . import composite, creation, elementwise, indexing, linalg, movement, reduce  # noqa: F401
 
 
 def registered() -> dict[str, VJP]:

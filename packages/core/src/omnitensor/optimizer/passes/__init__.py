@@ -14,6 +14,8 @@ from ..registry import patterns_for
 from ..rewrite import apply_patterns
 from . import canonicalize as canonicalize
 from . import fold as fold
+from .composites import ExpandCompositesPass as ExpandCompositesPass
+from .composites import expand_composites as expand_composites
 from .cse import CSEPass as CSEPass
 from .dce import DCEPass as DCEPass
 from .hoist import HoistCache as HoistCache
@@ -24,9 +26,11 @@ from .hoist import split_param_only as split_param_only
 __all__ = [
     "CSEPass",
     "DCEPass",
+    "ExpandCompositesPass",
     "HoistCache",
     "HoistSplit",
     "PatternPass",
+    "expand_composites",
     "plan_hoist",
     "split_param_only",
 ]

@@ -1,0 +1,109 @@
+"""Composite families: every composite's lowering against its decomposition on the reference.
+
+A backend with a lowering of the composite runs it; one without gets the decomposition inlined
+(`expand_composites`) and the case is reported ``expanded``. Samples cover odd and long rows,
+several trailing axes, strided (transposed) and broadcast operands, the edge values and empty
+inputs. Gradient cases come from `omnitensor.autograd.samples` (mode ``grad``, rows
+``grad.<composite>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from omnitensor.dtypes import DType
+from omnitensor.ir.builder import Builder
+from omnitensor.ir.types import TensorType, Value
+
+from ..case import Arg, Sample, cases, sample
+
+Emit = Callable[..., Value]
+
+
+def _shapes(emit: Emit, dtype: DType, nparams: int) -> Iterator[Sample]:
+    """Samples of a row composite ``emit(b, x, *params, axes=...)`` with `nparams` params."""
+
+    def args(shape: tuple[int, ...], naxes: int, fill: str = "normal") -> list[Arg]:
+        row = shape[len(shape) - naxes:]
+        return [Arg(TensorType(shape, dtype), fill)] + [
+            Arg(TensorType(row, dtype), "normal") for _ in range(nparams)]
+
+    def plain(naxes: int) -> Callable[..., Value]:
+        def build(b: Builder, x: Value, *params: Value) -> Value:
+            rank = len(x.type.shape)
+            return emit(b, x, *params, axes=tuple(range(rank - naxes, rank)))
+
+        return build
+
+    def strided(b: Builder, x: Value, *params: Value) -> Value:
+        return emit(b, b.emit("transpose", x, perm=(1, 0)), *params, axes=(1,))
+
+    def broadcast(b: Builder, x: Value, *params: Value) -> Value:
+        wide = b.emit("broadcast_in_dim", x, shape=(4, 5, 9), dims=(1, 2))
+        return emit(b, wide, *params, axes=(2,))
+
+    yield sample("odd", args((7, 13), 1), plain(1))
+    yield sample("long_row", args((3, 4099), 1), plain(1), check="nmse")
+    yield sample("two_axes", args((2, 3, 5), 2), plain(2))
+    yield sample("one_row", args((17,), 1), plain(1))
+    yield sample("edges", args((8, 16), 1, "edges"), plain(1))
+    yield sample("empty", args((0, 8), 1), plain(1))
+    t_args = [Arg(TensorType((11, 6), dtype))] + [  # rows of 11 read with stride 6
+        Arg(TensorType((11,), dtype)) for _ in range(nparams)]
+    yield sample("strided", t_args, strided)
+    b_args = [Arg(TensorType((5, 9), dtype))] + [
+        Arg(TensorType((9,), dtype)) for _ in range(nparams)]
+    yield sample("broadcast", b_args, broadcast)
+
+
+@cases("softmax")
+def _softmax(dtype: DType) -> Iterator[Sample]:
+    yield from _shapes(lambda b, x, axes: b.emit("softmax", x, axes=axes), dtype, 0)
+
+
+@cases("log_softmax")
+def _log_softmax(dtype: DType) -> Iterator[Sample]:
+    yield from _shapes(lambda b, x, axes: b.emit("log_softmax", x, axes=axes), dtype, 0)
+
+
+@cases("layer_norm")
+def _layer_norm(dtype: DType) -> Iterator[Sample]:
+    for n, tag in ((0, "plain"), (1, "weight"), (2, "affine")):
+        for s in _shapes(lambda b, x, *p, axes: b.emit("layer_norm", x, *p, axes=axes,
+                                                        eps=1e-5), dtype, n):
+            yield sample(f"{tag}_{s.name}", s.args, s.build, check=s.check)
+
+
+@cases("rms_norm")
+def _rms_norm(dtype: DType) -> Iterator[Sample]:
+    for n, tag in ((0, "plain"), (1, "weight")):
+        for s in _shapes(lambda b, x, *p, axes: b.emit("rms_norm", x, *p, axes=axes,
+                                                        eps=1e-6), dtype, n):
+            yield sample(f"{tag}_{s.name}", s.args, s.build, check=s.check)
+
+
+def _elementwise(op: str, **attrs: object) -> Callable[[DType], Iterator[Sample]]:
+    def samples(dtype: DType) -> Iterator[Sample]:
+        def apply(b: Builder, x: Value) -> Value:
+            return b.emit(op, x, **attrs)
+
+        yield sample("odd", [TensorType((7, 13), dtype)], apply)
+        yield sample("scalar", [TensorType((), dtype)], apply)
+        yield sample("empty", [TensorType((0, 3), dtype)], apply)
+        yield sample("edges", [Arg(TensorType((64,), dtype), "edges")], apply)
+        yield sample("strided", [TensorType((9, 6), dtype)],
+                     lambda b, x: b.emit(op, b.emit("transpose", x, perm=(1, 0)), **attrs))
+        yield sample("broadcast", [TensorType((6,), dtype)], lambda b, x: b.emit(
+            op, b.emit("broadcast_in_dim", x, shape=(5, 6), dims=(1,)), **attrs))
+
+    return samples
+
+
+@cases("gelu")
+def _gelu(dtype: DType) -> Iterator[Sample]:
+    for approximate in ("none", "tanh"):
+        for s in _elementwise("gelu", approximate=approximate)(dtype):
+            yield sample(f"{approximate}_{s.name}", s.args, s.build)
+
+
+cases("silu")(_elementwise("silu"))

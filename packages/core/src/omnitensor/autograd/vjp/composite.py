@@ -1,0 +1,73 @@
+"""Gradient rules of the composites: one per composite, under the composite's name.
+
+softmax and log_softmax have the usual closed-form backward (cheaper than differentiating the
+max-shifted decomposition); the others are differentiated through their decomposition, replayed
+with Tensor ops on fresh leaves so the primitive rules run on it (as for `custom_call`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...ir.opdef import Trait, all_ops, decomposition
+from . import vjp
+from ._util import op
+
+if TYPE_CHECKING:
+    from ...tensor.tensor import Tensor
+
+
+def _sum_keep(t: Tensor, axes: tuple[int, ...]) -> Tensor:
+    kept = tuple(d for d in range(t.ndim) if d not in axes)
+    return op("broadcast_in_dim", op("reduce_sum", t, axes=axes), shape=t.shape, dims=kept)
+
+
+@vjp("softmax")
+def _softmax(g: Tensor, out: Tensor, x: Tensor, *, axes: tuple[int, ...]) -> Tensor:
+    return out * (g - _sum_keep(g * out, axes))
+
+
+@vjp("log_softmax")
+def _log_softmax(g: Tensor, out: Tensor, x: Tensor, *, axes: tuple[int, ...]) -> Tensor:
+    return g - out.exp() * _sum_keep(g, axes)
+
+
+def through_decomposition(name: str) -> Callable[..., tuple[Tensor | None, ...]]:
+    """The gradient rule of composite `name`: backward through its decomposition."""
+
+    def rule(g: Tensor | tuple[Tensor | None, ...], out: Any, *operands: Tensor,
+             **attrs: Any) -> tuple[Tensor | None, ...]:
+        from ..engine import run_backward
+        from ..mode import set_grad_enabled
+        from .replay import replay
+
+        opdef = all_ops()[name]
+        fn = decomposition(opdef, [t._node.types[t._index] for t in operands], attrs)
+        leaves = []
+        for x in operands:
+            leaf = x.detach()
+            if x.dtype.is_floating:
+                leaf.requires_grad = True
+            leaves.append(leaf)
+        with set_grad_enabled(True):
+            results = replay(fn, leaves)
+        cotangents = g if isinstance(g, tuple) else (g,)
+        roots = [(r, gi) for r, gi in zip(results, cotangents, strict=True)
+                 if gi is not None and r.requires_grad]
+        if not roots:
+            return (None,) * len(operands)
+        found = run_backward([r for r, _ in roots], [gi for _, gi in roots])
+        grads: list[Tensor | None] = []
+        for leaf in leaves:
+            hit = found.get(id(leaf._grad_fn)) if leaf._grad_fn is not None else None
+            grads.append(None if hit is None else hit[1])
+        return tuple(grads)
+
+    rule.__name__ = f"_{name}"
+    return rule
+
+
+for _name, _opdef in all_ops().items():
+    if _opdef.has(Trait.COMPOSITE) and _name not in ("softmax", "log_softmax"):
+        vjp(_name)(through_decomposition(_name))
