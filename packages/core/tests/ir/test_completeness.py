@@ -68,6 +68,9 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "log_softmax": lambda: ([f32(2, 3)], {"axes": (1,)}),
     "layer_norm": lambda: ([f32(2, 3), f32(3), f32(3)], {"axes": (1,)}),
     "rms_norm": lambda: ([f32(2, 3, 4), f32(3, 4)], {"axes": (1, 2)}),
+    "swiglu": lambda: ([f32(2, 3), f32(2, 3)], {}),
+    "geglu": lambda: ([f32(2, 3), f32(2, 3)], {"approximate": "tanh"}),
+    "rotary_embedding": lambda: ([f32(2, 5, 8), f32(5, 4), f32(5, 4)], {"interleaved": True}),
     "custom_call": lambda: ([f32(2, 3), f32(2, 3)],
                             {"name": "fused_exp_add", "decomposition": _decomposition()}),
     # linalg / indexing / quant (declared in linalg.py, indexing.py, quant.py)

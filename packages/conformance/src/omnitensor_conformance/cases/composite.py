@@ -107,3 +107,51 @@ def _gelu(dtype: DType) -> Iterator[Sample]:
 
 
 cases("silu")(_elementwise("silu"))
+
+
+def _gated(op: str, **attrs: object) -> Callable[[DType], Iterator[Sample]]:
+    def samples(dtype: DType) -> Iterator[Sample]:
+        def apply(b: Builder, g: Value, u: Value) -> Value:
+            return b.emit(op, g, u, **attrs)
+
+        yield sample("odd", [TensorType((7, 13), dtype)] * 2, apply)
+        yield sample("empty", [TensorType((0, 3), dtype)] * 2, apply)
+        yield sample("edges", [Arg(TensorType((64,), dtype), "edges"),
+                               Arg(TensorType((64,), dtype))], apply)
+        yield sample("strided", [TensorType((9, 6), dtype), TensorType((6, 9), dtype)],
+                     lambda b, g, u: b.emit(op, b.emit("transpose", g, perm=(1, 0)), u, **attrs))
+        yield sample("broadcast", [TensorType((6,), dtype), TensorType((5, 6), dtype)],
+                     lambda b, g, u: b.emit(op, b.emit("broadcast_in_dim", g, shape=(5, 6),
+                                                       dims=(1,)), u, **attrs))
+
+    return samples
+
+
+cases("swiglu")(_gated("swiglu"))
+
+
+@cases("geglu")
+def _geglu(dtype: DType) -> Iterator[Sample]:
+    for approximate in ("none", "tanh"):
+        for s in _gated("geglu", approximate=approximate)(dtype):
+            yield sample(f"{approximate}_{s.name}", s.args, s.build)
+
+
+@cases("rotary_embedding")
+def _rotary(dtype: DType) -> Iterator[Sample]:
+    for interleaved in (False, True):
+        tag = "interleaved" if interleaved else "halves"
+
+        def apply(b: Builder, x: Value, c: Value, s: Value, i: bool = interleaved) -> Value:
+            return b.emit("rotary_embedding", x, c, s, interleaved=i)
+
+        def strided(b: Builder, x: Value, c: Value, s: Value, i: bool = interleaved) -> Value:
+            xt = b.emit("transpose", x, perm=(1, 0, 2))  # (H, T, D) read as (T, H, D)
+            return b.emit("rotary_embedding", xt, c, s, interleaved=i)
+
+        tables = [Arg(TensorType((5, 4), dtype), "small")] * 2
+        yield sample(f"{tag}_heads", [TensorType((2, 3, 5, 8), dtype), *tables], apply)
+        yield sample(f"{tag}_strided", [TensorType((3, 5, 8), dtype),
+                                        Arg(TensorType((5, 1, 4), dtype), "small"),
+                                        Arg(TensorType((5, 1, 4), dtype), "small")], strided)
+        yield sample(f"{tag}_edges", [Arg(TensorType((5, 8), dtype), "edges"), *tables], apply)

@@ -178,6 +178,14 @@ def _composite_samples(add: Callable[[GradSample], None]) -> None:
         add(GradSample("gelu", approximate, ((3, 4),),
                        lambda x, a=approximate: _op("gelu", x, approximate=a)))
     add(GradSample("silu", "vec", ((3, 4),), lambda x: _op("silu", x)))
+    add(GradSample("swiglu", "vec", ((3, 4), (3, 4)), lambda g, u: _op("swiglu", g, u)))
+    add(GradSample("geglu", "tanh", ((3, 4), (3, 4)),
+                   lambda g, u: _op("geglu", g, u, approximate="tanh")))
+    for interleaved in (False, True):
+        add(GradSample("rotary_embedding", "interleaved" if interleaved else "halves",
+                       ((2, 3, 6), (3, 3), (3, 3)),
+                       lambda x, c, s, i=interleaved: _op("rotary_embedding", x, c, s,
+                                                          interleaved=i)))
 
 
 def _op_multi(op_name: str, *xs: Any, **attrs: Any) -> Any:

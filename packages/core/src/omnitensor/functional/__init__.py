@@ -6,11 +6,13 @@ config's ``runtime.functional_overrides``. Arguments follow numpy for axes (``ax
 ``keepdims=``) and PyTorch otherwise (``gelu(x, approximate="tanh")``).
 """
 
+from .activations import geglu as geglu
 from .activations import gelu as gelu
 from .activations import log_softmax as log_softmax
 from .activations import relu as relu
 from .activations import silu as silu
 from .activations import softmax as softmax
+from .activations import swiglu as swiglu
 from .attention import rope_frequencies as rope_frequencies
 from .attention import rope_tables as rope_tables
 from .attention import rotary_embedding as rotary_embedding
@@ -39,5 +41,5 @@ __all__ = [
     "gelu", "layer_norm", "linear", "log_softmax", "max_pool2d", "mse_loss", "overrides",
     "overrides_from_config", "registry", "relu", "rms_norm", "rope_frequencies", "rope_tables",
     "rotary_embedding", "scaled_dot_product_attention", "silu", "softmax", "stats",
-    "l2_normalize", "pool", "softcap",
+    "l2_normalize", "pool", "softcap", "swiglu", "geglu",
 ]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from ..dtypes import default_float
 from ..errors import OmnitensorError
-from ..tensor.math import where
+from ..tensor.math import _operands, where
 from ..tensor.tensor import Tensor
 from .registry import functional
 
-__all__ = ["gelu", "log_softmax", "relu", "silu", "softmax"]
+__all__ = ["geglu", "gelu", "log_softmax", "relu", "silu", "softmax", "swiglu"]
 
 
 def _floating(x: Tensor) -> Tensor:
@@ -67,6 +67,29 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 def silu(x: Tensor) -> Tensor:
     """X * sigmoid(x) (a.k.a. swish)."""
     return Tensor._apply("silu", _floating(x))
+
+
+@functional("swiglu")
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """silu(gate) * up (SwiGLU, Llama's gated feed-forward); broadcast and promoted."""
+    gate, up = _gated(gate, up)
+    return Tensor._apply("swiglu", gate, up)
+
+
+@functional("geglu")
+def geglu(gate: Tensor, up: Tensor, approximate: str = "none") -> Tensor:
+    """gelu(gate, approximate) * up (GeGLU); broadcast and promoted."""
+    if approximate not in ("none", "tanh"):
+        raise OmnitensorError(
+            f"geglu: unknown approximate={approximate!r} (expected 'none' or 'tanh')", op="geglu")
+    gate, up = _gated(gate, up)
+    return Tensor._apply("geglu", gate, up, approximate=approximate)
+
+
+def _gated(gate: Tensor, up: Tensor) -> tuple[Tensor, Tensor]:
+    """Both operands in one floating dtype and one shape (NumPy broadcasting)."""
+    a, b = _operands("swiglu", [_floating(gate), _floating(up)])
+    return a, b
 
 
 @functional("relu")

@@ -87,6 +87,13 @@ def rope_tables(positions: Tensor | int, head_dim: int, base: float = 10000.0,
             .astype(dtype))
 
 
+def _fits(table: Tensor, half: tuple[int, ...]) -> bool:
+    try:
+        return bool(np.broadcast_shapes(table.shape, half) == half)
+    except ValueError:
+        return False
+
+
 @functional("rotary_embedding")
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = False
                      ) -> Tensor:
@@ -100,6 +107,10 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool =
         raise ShapeError(f"rotary_embedding: tables of width {cos.shape[-1]} do not fit head "
                          f"dim {d} (expected {d // 2})", op="rotary_embedding",
                          shapes=[x.shape, cos.shape])
+    half = (*x.shape[:-1], d // 2)
+    if x.dtype.is_floating and cos.dtype == x.dtype == sin.dtype and _fits(cos, half) and (
+            _fits(sin, half)):
+        return Tensor._apply("rotary_embedding", x, cos, sin, interleaved=bool(interleaved))
     if interleaved:
         pairs = x.reshape(x.shape[:-1] + (d // 2, 2))
         x1, x2 = pairs[..., 0], pairs[..., 1]

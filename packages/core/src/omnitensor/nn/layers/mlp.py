@@ -62,5 +62,5 @@ class SwiGLU(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the layer (see the class docstring)."""
-        result: Tensor = self.down(F.silu(self.gate(x)) * self.up(x))
+        result: Tensor = self.down(F.swiglu(self.gate(x), self.up(x)))
         return result

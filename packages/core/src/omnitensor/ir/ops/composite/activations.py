@@ -1,17 +1,17 @@
-"""Elementwise activation composites: gelu (erf and tanh forms) and silu."""
+"""Elementwise activation composites: gelu (erf and tanh forms), silu, swiglu and geglu."""
 
 from __future__ import annotations
 
 import math
 
 from ....dtypes import FLOATING
-from ....errors import OmnitensorError
+from ....errors import OmnitensorError, ShapeError
 from ...builder import Builder
 from ...opdef import OpView, attribute, composite, operand
 from ...types import TensorType, Value
 from ._emit import binary
 
-__all__ = ["GeluView", "SiluView"]
+__all__ = ["GegluView", "GeluView", "SiluView", "SwigluView"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -59,3 +59,47 @@ class SiluView(OpView):
     @staticmethod
     def decompose(b: Builder, x: Value) -> Value:
         return b.emit("mul", x, b.emit("logistic", x))
+
+
+def _check_gated(op: str, gate: TensorType, up: TensorType) -> TensorType:
+    if gate != up:
+        raise ShapeError(f"{op}: gate {gate} and up {up} must have one type", op=op,
+                         shapes=[gate.shape, up.shape])
+    return gate
+
+
+@composite("swiglu", dtypes=FLOATING, ulp=8)
+class SwigluView(OpView):
+    """Gated linear unit with SiLU: silu(gate) * up (Llama's feed-forward activation).
+
+    `gate` and `up` have one type. Edge cases follow the decomposition (silu(-inf) is NaN).
+    """
+
+    gate = operand()
+    up = operand()
+
+    @staticmethod
+    def infer(gate: TensorType, up: TensorType) -> TensorType:
+        return _check_gated("swiglu", gate, up)
+
+    @staticmethod
+    def decompose(b: Builder, gate: Value, up: Value) -> Value:
+        return b.emit("mul", SiluView.decompose(b, gate), up)
+
+
+@composite("geglu", dtypes=FLOATING, ulp=8)
+class GegluView(OpView):
+    """Gated linear unit with GELU: gelu(gate, approximate) * up (`approximate` as in gelu)."""
+
+    gate = operand()
+    up = operand()
+    approximate: str = attribute("none")
+
+    @staticmethod
+    def infer(gate: TensorType, up: TensorType, *, approximate: str) -> TensorType:
+        GeluView.infer(gate, approximate=approximate)
+        return _check_gated("geglu", gate, up)
+
+    @staticmethod
+    def decompose(b: Builder, gate: Value, up: Value, *, approximate: str) -> Value:
+        return b.emit("mul", GeluView.decompose(b, gate, approximate=approximate), up)
