@@ -22,7 +22,7 @@ from omnitensor.ir.opdef import OpView
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import QTensorType, TensorType, Value
 
-from . import fusion, kernels, lower_ops
+from . import kernels, lower_ops
 from .kernels import MAX_RANK, QUANT_BLOCKS
 from .plan import Iota, Lowered, Node, Start, Step, View, kernel_name, row_major, words
 from .source import CUDA, PRELUDE, Arg, thread_kernel
@@ -37,29 +37,10 @@ class _Lower(KernelLowering):
     def __init__(self) -> None:
         super().__init__(Lowered())
         self.out: Lowered
-        self.skip: set[int] = set()
-        self.fused: dict[int, fusion.Match] = {}
 
     def emit(self, step: Step) -> None:
         if step.n > 0:
             self.out.steps.append(step)
-
-    # NOTE: until the functionals emit composites, the matcher of `fusion` finds their
-    # decompositions; then the row composites reach `rows` through the table and it goes.
-    def count(self, fn: Function) -> None:
-        super().count(fn)
-        for match in fusion.find(fn):
-            self.fused[id(match.root)] = match
-            self.skip.update(id(inst) for inst in match.inner)
-
-    def instruction(self, inst: Instruction) -> None:
-        if id(inst) in self.skip:
-            return
-        match = self.fused.get(id(inst))
-        if match is not None:
-            self.env[id(inst.result)] = fusion.lower_match(self, match)
-            return
-        super().instruction(inst)
 
     # --- values -----------------------------------------------------------------------------
 

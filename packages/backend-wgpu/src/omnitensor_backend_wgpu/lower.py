@@ -27,7 +27,7 @@ from omnitensor.backend.codegen import (
 )
 from omnitensor.backend.codegen.rows import register_rows
 from omnitensor.backend.codegen.wgsl import WGSL
-from omnitensor.dtypes import DType, bool_, float16, uint32
+from omnitensor.dtypes import DType, bool_, float16, float32, uint32
 from omnitensor.errors import UnsupportedError
 from omnitensor.ir.opdef import OpView
 from omnitensor.ir.program import Function, Instruction
@@ -111,8 +111,6 @@ class _Lower(KernelLowering):
         self.out: Lowered
         self.max_storage = max_storage
         self.max_groups = max_groups
-        self.skipped: set[int] = set()
-        self.fused: dict[int, rows.RowPattern] = {}
 
     def emit(self, step: Step) -> None:
         if all(step.groups):
@@ -120,30 +118,6 @@ class _Lower(KernelLowering):
 
     def output(self, value: Value) -> View:
         return self.dense(value)
-
-    # NOTE: until the functionals emit composites, `rows.match_rows` finds their
-    # decompositions; then the row composites reach `rows` through the table and it goes.
-    def body(self, fn: Function) -> None:
-        found = rows.match_rows(fn.body, fn.outputs)
-        for pattern in found.values():
-            self.skipped |= {id(fn.body[i]) for i in pattern.covered[:-1]}
-        self.fused |= {id(fn.body[i]): p for i, p in found.items()}
-        super().body(fn)
-
-    def instruction(self, inst: Instruction) -> None:
-        if id(inst) in self.skipped:
-            return
-        pattern = self.fused.get(id(inst))
-        if pattern is None:
-            super().instruction(inst)
-            return
-        extras = [v for v in (pattern.weight, pattern.bias) if v is not None]
-        self.env[id(inst.result)] = self.row_kernel(
-            pattern.kind, self.view(pattern.x), [self.view(v) for v in extras],
-            pattern.scales, pattern.eps, weight=pattern.weight is not None,
-            bias=pattern.bias is not None)
-
-    # --- fused elementwise kernels --------------------------------------------------------------
 
     def materialize(self, expr: Any, target: View | None = None) -> View:
         """One fused kernel computing `expr` into a new slot (or into the view `target`)."""
@@ -366,7 +340,10 @@ def _rng(lw: _Lower, view: OpView) -> list[Any]:
                 inst.attrs["stream"], res.shape)]
 
 
-register_rows(LOWERINGS, FLOATS)
+register_rows(LOWERINGS, FLOATS, ("softmax", "log_softmax"))
+# NOTE: float16 norms are expanded: the decomposition squares in float16 (overflowing to inf
+# where the kernel's float32 statistics would not), and the decomposition defines the result.
+register_rows(LOWERINGS, (float32,), ("layer_norm", "rms_norm"))
 
 
 def _slots_of(leaf: Any) -> list[int]:

@@ -41,7 +41,8 @@ def _row_lowering(kind: str) -> Callable[[KernelLowering, OpView], list[Any]]:
     return lowering
 
 
-def register_rows(table: LoweringTable, dtypes: Collection[DType]) -> None:
-    """Register every row composite into `table`, lowered by the backend's `rows` kernel."""
-    for kind in ROW_KINDS:
+def register_rows(table: LoweringTable, dtypes: Collection[DType],
+                  kinds: Collection[str] = ROW_KINDS) -> None:
+    """Register the row composites `kinds` into `table`, lowered by the backend's `rows` kernel."""
+    for kind in kinds:
         table.register(kind, dtypes=tuple(dtypes))(_row_lowering(kind))
