@@ -173,14 +173,17 @@ def test_elementwise_composite_templates_on_host(nvcc: str, dtype: DType) -> Non
     from omnitensor_backend_cuda.source import PRELUDE, Arg, thread_kernel
 
     forms = {"gelu_erf": ("gelu", {"approximate": "none"}),
-             "gelu_tanh": ("gelu", {"approximate": "tanh"}), "silu": ("silu", {})}
+             "gelu_tanh": ("gelu", {"approximate": "tanh"}), "silu": ("silu", {}),
+             "geglu_tanh": ("geglu", {"approximate": "tanh"}), "swiglu": ("swiglu", {})}
     ct, st = CUDA.compute_type(dtype), CUDA.storage_type(dtype)
     sources = {}
     for name, (op, attrs) in forms.items():
-        body = (f"  {ct} v = {CUDA.load(dtype, 'x[t]')};\n"
-                f"  y[t] = {CUDA.store(dtype, CUDA.expr(op, dtype, ['v'], attrs, dtype))};")
+        args = ["v", "u"] if op in ("geglu", "swiglu") else ["v"]
+        body = (f"  {ct} v = {CUDA.load(dtype, 'x[t]')};\n  {ct} u = {CUDA.load(dtype, 'z[t]')};\n"
+                f"  y[t] = {CUDA.store(dtype, CUDA.expr(op, dtype, args, attrs, dtype))};")
         kernel = f"ot_test_{name}_{dtype.name}"
         sources[kernel] = PRELUDE + thread_kernel(kernel, [Arg("x", f"const {st}*"),
+                                                          Arg("z", f"const {st}*"),
                                                           Arg("y", f"{st}*")], body)
     lib = compile_checked(sources)
     x = np.linspace(-6, 6, 101).astype(dtype.np)
@@ -189,7 +192,9 @@ def test_elementwise_composite_templates_on_host(nvcc: str, dtype: DType) -> Non
     want = {"gelu_erf": 0.5 * x * (1 + erf),
             "gelu_tanh": 0.5 * x * (1 + np.tanh(k * (x + 0.044715 * x ** 3))),
             "silu": x / (1 + np.exp(-x.astype(np.float64)))}
+    up = np.linspace(2, -1, x.size).astype(dtype.np)
+    want |= {"geglu_tanh": want["gelu_tanh"] * up, "swiglu": want["silu"] * up}
     for name in forms:
         y = np.zeros_like(x)
-        lib.launch(f"ot_test_{name}_{dtype.name}", x.size, [0], [x, y])
+        lib.launch(f"ot_test_{name}_{dtype.name}", x.size, [0], [x, up, y])
         np.testing.assert_allclose(y, want[name], rtol=1e-5, atol=1e-6)

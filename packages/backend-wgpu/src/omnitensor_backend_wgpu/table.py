@@ -23,7 +23,8 @@ NATIVE: Final = (float32, float16, int32, uint32, bool_)
 FLOATS: Final = (float32, float16)
 #: Float-only ops (the math library is float32).
 _FLOAT_ONLY: Final = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "logistic",
-                      "sin", "cos", "erf", "atan2", "floor", "ceil", "round", "gelu", "silu")
+                      "sin", "cos", "erf", "atan2", "floor", "ceil", "round", "gelu", "silu",
+                      "swiglu", "geglu")
 #: Integer-only ops (pow on floats needs an extended-precision log to meet its budget).
 _INT_ONLY: Final = ("pow",)
 

@@ -26,7 +26,7 @@ __all__ = ["ELEMENTWISE_COMPOSITES", "REDUCTIONS", "common_ops", "declared_dtype
 #: Reductions lowered by the backend's `KernelLowering.reduction`.
 REDUCTIONS: Final = ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "argmax", "argmin")
 #: Composites that are elementwise and fuse into chains (printer templates of their own).
-ELEMENTWISE_COMPOSITES: Final = ("gelu", "silu")
+ELEMENTWISE_COMPOSITES: Final = ("gelu", "silu", "swiglu", "geglu")
 
 Lowering = Callable[[KernelLowering, OpView], list[Any]]
 

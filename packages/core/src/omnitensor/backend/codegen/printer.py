@@ -183,8 +183,8 @@ class CPrinter:
             return self.narrow(result, self.convert(dtype, result, args[0]))
         if op == "bitcast":
             return self.bitcast(dtype, result, args[0])
-        if op == "gelu":
-            op = "gelu_tanh" if attrs.get("approximate") == "tanh" else "gelu_erf"
+        if op in ("gelu", "geglu"):
+            op += "_tanh" if attrs.get("approximate") == "tanh" else "_erf"
         return self.narrow(result, self.op(op, self.compute_type(dtype), args))
 
 
@@ -245,6 +245,15 @@ def _gelu(tanh: bool) -> Template:
     return make
 
 
+def _silu(p: CPrinter, c: str, a: Sequence[str]) -> str:
+    return f"({a[0]} * {p.math('logistic', c, a[:1])})"
+
+
+def _gated(activation: Template) -> Template:
+    return lambda p, c, a: f"({activation(p, c, a[:1])} * {a[1]})"
+
+
+_SILU: Final = _silu
 _MAX: Final = _minmax("max")
 _MIN: Final = _minmax("min")
 
@@ -268,5 +277,8 @@ TEMPLATES: Final[dict[str, Template]] = {
     "select": lambda p, c, a: p.ternary(a[0], a[1], a[2]),
     # elementwise composites (operands are locals, so repeating them is free)
     "gelu_erf": _gelu(tanh=False), "gelu_tanh": _gelu(tanh=True),
-    "silu": lambda p, c, a: f"({a[0]} * {p.math('logistic', c, a)})",
+    "silu": _SILU,
+    # gated units: activation(gate) * up
+    "geglu_erf": _gated(_gelu(tanh=False)), "geglu_tanh": _gated(_gelu(tanh=True)),
+    "swiglu": _gated(_SILU),
 }
