@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import UnsupportedError
-from ..ir.opdef import OpDef, get_op
+from ..ir.opdef import OpDef
 from ..ir.program import Function, Instruction
 from ..ir.types import TensorType
 
@@ -165,8 +165,3 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
-
-
-def op_dtype_table(dtypes_by_op: Mapping[str, Sequence[DType]]) -> dict[str, frozenset[DType]]:
-    """Helper for `Capabilities.ops`: lists -> frozensets, op names checked against the registry."""
-    return {get_op(name).name: frozenset(ds) for name, ds in dtypes_by_op.items()}

@@ -431,10 +431,3 @@ def _normalize(ctx: StepContext, s: Mapping[str, Any]) -> None:
     flag = s.get("when")
     enabled = bool(ctx.runtime.get(flag, True)) if isinstance(flag, str) else True
     ctx.values[s["output"]] = F.l2_normalize(x) if enabled else x
-
-
-def positions_for(start: Tensor, t: int) -> Tensor:
-    """Slots ``start .. start + t - 1`` as (T,) int32."""
-    return arange(t, dtype=int32) + start
-
-

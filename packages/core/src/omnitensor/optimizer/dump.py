@@ -106,12 +106,6 @@ class Trace:
             return
         self.events.append({"kind": kind, **fields})
 
-    def set_cache(self, hit: bool, signature: str | None = None) -> None:
-        """Record the plan-cache outcome (and the signature when it is known only now)."""
-        self.cache_hit = hit
-        if signature is not None:
-            self.signature = signature
-
     def program(self, stage: str, fn: Function) -> Path | None:
         """Write `fn` as ``<prefix>.<stage>.ptir`` when dumping; remember its size."""
         self.sizes[stage] = len(fn.body)

@@ -135,10 +135,6 @@ class Rewriter:
         """Operand slots plus function outputs that read `value`."""
         return sum(self._users.get(value.id, {}).values()) + self._output_uses[value.id]
 
-    def is_output(self, value: Value) -> bool:
-        """True when `value` is a function output."""
-        return self._output_uses[value.id] > 0
-
     def is_dead(self, inst: Instruction) -> bool:
         """True when no result of `inst` is used."""
         return all(self.use_count(v) == 0 for v in inst.results)

@@ -21,7 +21,7 @@ from ..errors import OmnitensorError
 from ..ir.builder import Builder, infer_types, normalize_attrs
 from ..ir.opdef import get_op
 from ..ir.program import Function, Role
-from ..ir.types import TensorType, Type, Value
+from ..ir.types import Type, Value
 
 __all__ = ["Capture", "Node", "Ref", "capture", "record"]
 
@@ -230,11 +230,3 @@ def capture(roots: Sequence[Ref], *, name: str = "main", extra_key: Any = None) 
     parts.append(tuple(slots[(id(n), i)] for n, i in roots))
     key = hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
     return Capture(order, leaves, list(roots), key, name)
-
-
-def dense_type(node: Node, index: int = 0) -> TensorType:
-    """The TensorType of a node's result (quantized results are not tensors of the frontend)."""
-    type = node.types[index]
-    if not isinstance(type, TensorType):
-        raise OmnitensorError(f"expected a dense tensor, got {type}")
-    return type
