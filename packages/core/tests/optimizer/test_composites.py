@@ -54,3 +54,17 @@ def test_pipeline_expands_only_with_a_backend() -> None:
     lowered, stats = optimize(_norm_softmax(), PassContext(backend="x", supports=_none))
     assert stats.passes["expand_composites"].rewrites == 3
     assert not {"rms_norm", "gelu", "softmax"} & {i.op for i in lowered.body}
+
+
+def test_pipeline_raises_bare_softmax_for_a_backend_that_lowers_it() -> None:
+    b = Builder()
+    x = b.input(TensorType((3, 5), float32))
+    e = b.emit("exp", x)
+    total = b.emit("broadcast_in_dim", b.emit("reduce_sum", e, axes=(1,)), shape=(3, 5),
+                   dims=(0,))
+    fn = b.build([b.emit("div", e, total)])
+    out, stats = optimize(fn, PassContext(backend="x", supports=lambda inst: None))
+    assert stats.passes["raise_composites"].rewrites == 1
+    assert [i.op for i in out.body] == ["softmax"]
+    expanded, _ = optimize(fn, PassContext(backend="x", supports=_none))
+    assert "softmax" not in {i.op for i in expanded.body}

@@ -1,6 +1,7 @@
 """The default optimizer pipeline (`PipelineOptimizer`, `optimize`) and its knobs and counters.
 
-Order: composites the backend cannot lower are expanded (`passes.composites`; only when the
+Order: bare decompositions are raised into composites (`passes.raise_composites`), composites
+the backend cannot lower are expanded (`passes.composites`; only when the
 context names the backend's ``supports``), then a bounded fixed-point loop of canonicalization,
 folding and CSE (``OMNITENSOR_OPT_PRE_ITERS``, default 2), the backend's passes (given in the
 `PassContext`; the plugin hook supplies them), param-only hoisting (when the context asks), then
@@ -23,7 +24,14 @@ from ..errors import OmnitensorError
 from ..ir.program import Function
 from .context import Pass, PassContext, PassResult
 from .dump import Trace, dump_dir
-from .passes import CSEPass, DCEPass, ExpandCompositesPass, PatternPass, plan_hoist
+from .passes import (
+    CSEPass,
+    DCEPass,
+    ExpandCompositesPass,
+    PatternPass,
+    RaiseCompositesPass,
+    plan_hoist,
+)
 from .registry import Pattern
 from .rewrite import apply_patterns
 
@@ -258,6 +266,8 @@ class PipelineOptimizer:
             post_passes if post_passes is not None
             else [CSEPass(), DCEPass(), PatternPass("canonicalize")]
         )
+        #: Raising runs first in the default pipeline (a custom `pre_passes` list leaves it out).
+        self.raise_pass: Pass | None = RaiseCompositesPass() if pre_passes is None else None
 
     def run(self, fn: Function, ctx: PassContext | None = None) -> tuple[Function, OptimizeStats]:
         """Optimize a copy of `fn`; return it (main, when hoisting split it) and the stats.
@@ -282,6 +292,8 @@ class PipelineOptimizer:
             trace.program("before", fn)
         work = fn.copy()
         verify = _env_flag(ENV_VERIFY, False)
+        if self.raise_pass is not None:
+            self._run_pass(self.raise_pass, work, ctx, result, trace, "raise", 0, verify)
         if ctx.supports is not None:  # a backend is known: expand what it cannot lower
             self._run_pass(ExpandCompositesPass(), work, ctx, result, trace, "expand", 0, verify)
         result.pre_iterations = self._loop("pre", self.pre_passes, work, ctx, pre_iters, result,

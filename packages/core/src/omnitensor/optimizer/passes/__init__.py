@@ -22,6 +22,8 @@ from .hoist import HoistCache as HoistCache
 from .hoist import HoistSplit as HoistSplit
 from .hoist import plan_hoist as plan_hoist
 from .hoist import split_param_only as split_param_only
+from .raise_composites import RaiseCompositesPass as RaiseCompositesPass
+from .raise_composites import raise_composites as raise_composites
 
 __all__ = [
     "CSEPass",
@@ -30,8 +32,10 @@ __all__ = [
     "HoistCache",
     "HoistSplit",
     "PatternPass",
+    "RaiseCompositesPass",
     "expand_composites",
     "plan_hoist",
+    "raise_composites",
     "split_param_only",
 ]
 

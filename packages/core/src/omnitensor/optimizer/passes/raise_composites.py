@@ -1,0 +1,308 @@
+"""`raise_composites`: bare decompositions, in every equivalent form, become composites.
+
+The forms are those users and importers write, so a backend's fused lowering applies.
+
+Patterns are written once, over "row statistics": a reduction over the trailing axes of x, then
+any chain of keepdims reshapes, broadcasts and scalar arithmetic, broadcast back to x's shape.
+That covers keepdims through a reshape or through broadcast dims, the mean as sum / n or
+sum * (1/n), x * rsqrt(v) or x / sqrt(v), softmax with or without the max shift, and a weight
+(and bias) broadcast from the normalized shape (a weight given at full shape stays a ``mul``
+after the raised norm). The raised instruction keeps the root's result value, so its uses need
+no rewriting; the bare intermediates become dead and DCE removes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, final
+
+import numpy as np
+
+from ...ir.program import Function, Instruction
+from ...ir.types import TensorType, Value
+from ..context import PassContext, PassResult
+
+__all__ = ["RaiseCompositesPass", "raise_composites"]
+
+_MOVES = ("reshape", "broadcast_in_dim")
+_UNARY = ("rsqrt", "sqrt", "log", "exp")
+_SCALAR_OPS = ("add", "sub", "mul", "div")
+
+
+@dataclass(frozen=True)
+class _Stat:
+    """A row statistic: ``reduce(src, axes)`` followed by scalar steps, at x's shape."""
+
+    reduce: str
+    src: Value
+    axes: tuple[int, ...]
+    steps: tuple[tuple[str, float | None], ...]  # (op, scalar) outward from the reduction
+
+
+class _Graph:
+    def __init__(self, fn: Function) -> None:
+        self.producer: dict[int, Instruction] = {r.id: i for i in fn.body for r in i.results}
+
+    def def_of(self, v: Value) -> Instruction | None:
+        return self.producer.get(v.id)
+
+    def splat(self, v: Value) -> float | None:
+        for _ in range(6):
+            inst = self.def_of(v)
+            if inst is None:
+                return None
+            if inst.op == "constant":
+                data = np.asarray(inst.attrs["value"])
+                if data.size == 0 or not np.all(data == data.reshape(-1)[0]):
+                    return None
+                return float(data.reshape(-1)[0])
+            if inst.op not in _MOVES:
+                return None
+            v = inst.operands[0]
+        return None
+
+    def stat(self, v: Value, shape: tuple[int, ...]) -> _Stat | None:
+        """`v` (of `shape`) as a row statistic over trailing axes, or None."""
+        chain: list[Instruction] = []
+        steps: list[tuple[str, float | None]] = []
+        while True:
+            inst = self.def_of(v)
+            if inst is None or len(inst.results) != 1:
+                return None
+            if inst.op in ("reduce_sum", "reduce_max"):
+                break
+            if inst.op in _MOVES or inst.op in _UNARY:
+                chain.append(inst)
+                if inst.op in _UNARY:
+                    steps.append((inst.op, None))
+                v = inst.operands[0]
+                continue
+            if inst.op in _SCALAR_OPS:
+                lhs, rhs = inst.operands
+                right = self.splat(rhs)
+                if right is not None and inst.op in _SCALAR_OPS:
+                    steps.append((inst.op, right))
+                    v = lhs
+                    continue
+                left = self.splat(lhs)
+                if left is not None and inst.op in ("add", "mul"):
+                    steps.append((inst.op, left))
+                    v = rhs
+                    continue
+            return None
+        src = inst.operands[0]
+        src_shape = _shape(src)
+        axes = tuple(sorted(a % max(len(src_shape), 1) for a in inst.attrs["axes"]))
+        n = len(src_shape)
+        if src_shape != shape or not axes or axes != tuple(range(n - len(axes), n)):
+            return None
+        if not _aligned(chain, n - len(axes), shape):
+            return None
+        return _Stat(inst.op, src, axes, tuple(reversed(steps)))
+
+
+def _shape(v: Value) -> tuple[int, ...]:
+    assert isinstance(v.type, TensorType)
+    return v.type.shape
+
+
+def _aligned(chain: list[Instruction], kept: int, shape: tuple[int, ...]) -> bool:
+    """True when the moves keep each kept dim j of the reduction at axis j of `shape`."""
+    pos: list[int | None] = list(range(kept))
+    for inst in reversed(chain):  # outward from the reduction
+        before, after = _shape(inst.operands[0]), _shape(inst.results[0])
+        if inst.op == "reshape":
+            nonunit_in = [i for i, d in enumerate(before) if d != 1]
+            nonunit_out = [i for i, d in enumerate(after) if d != 1]
+            if [before[i] for i in nonunit_in] != [after[i] for i in nonunit_out]:
+                return False
+            where = dict(zip(nonunit_in, nonunit_out, strict=True))
+            pos = [None if p is None else where.get(p) for p in pos]
+        elif inst.op == "broadcast_in_dim":
+            dims = inst.attrs["dims"]
+            pos = [None if p is None else dims[p] for p in pos]
+    return bool(chain) and all(p == j or shape[j] == 1 for j, p in enumerate(pos))
+
+
+def _is_mean(steps: tuple[tuple[str, float | None], ...], n: int) -> int:
+    """How many leading steps make sum -> mean (0 when they do not)."""
+    if steps and steps[0][0] == "div" and steps[0][1] == n:
+        return 1
+    if steps and steps[0][0] == "mul" and steps[0][1] is not None and n and math.isclose(
+            steps[0][1], 1.0 / n, rel_tol=1e-6):
+        return 1
+    return 0
+
+
+def _count(x: Value, axes: tuple[int, ...]) -> int:
+    return math.prod(_shape(x)[a] for a in axes)
+
+
+Match = tuple[str, tuple[Value, ...], dict[str, Any]]
+
+
+def _softmax(g: _Graph, root: Instruction) -> Match | None:
+    if root.op != "div":
+        return None
+    e, denom = root.operands
+    s = g.stat(denom, _shape(e))
+    exp = g.def_of(e)
+    if s is None or s.reduce != "reduce_sum" or s.steps or s.src.id != e.id or exp is None or (
+            exp.op != "exp"):
+        return None
+    x = exp.operands[0]
+    shift = g.def_of(x)
+    if shift is not None and shift.op == "sub":
+        m = g.stat(shift.operands[1], _shape(x))
+        if m is not None and m.reduce == "reduce_max" and not m.steps and (
+                m.src.id == shift.operands[0].id) and m.axes == s.axes:
+            x = shift.operands[0]
+    return "softmax", (x,), {"axes": s.axes}
+
+
+def _norm_scale(g: _Graph, root: Instruction) -> tuple[Value, _Stat, float] | None:
+    """``x * rsqrt(mean(v) + eps)`` or ``x / sqrt(mean(v) + eps)`` -> (x, stat, eps)."""
+    if root.op not in ("mul", "div"):
+        return None
+    lhs, rhs = root.operands
+    for x, other in ((lhs, rhs), (rhs, lhs)) if root.op == "mul" else ((lhs, rhs),):
+        s = g.stat(other, _shape(x))
+        want = "rsqrt" if root.op == "mul" else "sqrt"
+        if s is None or s.reduce != "reduce_sum":
+            continue
+        mean = _is_mean(s.steps, _count(s.src, s.axes))
+        rest = s.steps[mean:]
+        if mean and len(rest) == 2 and rest[0][0] == "add" and rest[1] == (want, None):
+            return x, s, float(rest[0][1] or 0.0)
+    return None
+
+
+def _squares(g: _Graph, v: Value) -> Value | None:
+    inst = g.def_of(v)
+    if inst is not None and inst.op == "mul" and inst.operands[0].id == inst.operands[1].id:
+        return inst.operands[0]
+    return None
+
+
+def _rms_norm(g: _Graph, root: Instruction) -> Match | None:
+    found = _norm_scale(g, root)
+    if found is None:
+        return None
+    x, s, eps = found
+    base = _squares(g, s.src)
+    if base is None or base.id != x.id:
+        return None
+    return "rms_norm", (x,), {"axes": s.axes, "eps": eps}
+
+
+def _layer_norm(g: _Graph, root: Instruction) -> Match | None:
+    found = _norm_scale(g, root)
+    if found is None:
+        return None
+    c, s, eps = found
+    squared = _squares(g, s.src)
+    if squared is None or squared.id != c.id:
+        return None
+    centre = g.def_of(c)
+    if centre is None or centre.op != "sub":
+        return None
+    x, mean = centre.operands
+    m = g.stat(mean, _shape(x))
+    if m is None or m.reduce != "reduce_sum" or m.src.id != x.id or m.axes != s.axes or (
+            _is_mean(m.steps, _count(x, m.axes)) != len(m.steps) or not m.steps):
+        return None
+    return "layer_norm", (x,), {"axes": s.axes, "eps": eps}
+
+
+def _affine(g: _Graph, root: Instruction, uses: dict[int, int]) -> Match | None:
+    """``norm(x) * w`` (+ ``b`` for layer_norm), w and b broadcast from the normalized shape."""
+    if root.op not in ("mul", "add"):
+        return None
+    for inner_v, p in (root.operands, tuple(reversed(root.operands))):
+        inner = g.def_of(inner_v)
+        if inner is None or uses.get(inner_v.id, 0) != 1:
+            continue
+        if root.op == "mul" and inner.op in ("rms_norm", "layer_norm") and len(
+                inner.operands) == 1:
+            pass
+        elif root.op == "add" and inner.op == "layer_norm" and len(inner.operands) == 2:
+            pass
+        else:
+            continue
+        x = inner.operands[0]
+        axes = inner.attrs["axes"]
+        row = tuple(_shape(x)[a] for a in axes)
+        src = _row_param(g, p, row, _shape(x))
+        if src is not None and _dtype(src) == _dtype(x):
+            return inner.op, (*inner.operands, src), dict(inner.attrs)
+    return None
+
+
+def _dtype(v: Value) -> Any:
+    assert isinstance(v.type, TensorType)
+    return v.type.dtype
+
+
+def _row_param(g: _Graph, p: Value, row: tuple[int, ...], shape: tuple[int, ...]) -> Value | None:
+    """The (row,)-shaped source of `p` when p broadcasts it along the trailing dims."""
+    inst = g.def_of(p)
+    if inst is None or inst.op != "broadcast_in_dim":
+        return None
+    src = inst.operands[0]
+    n, k = len(shape), len(row)
+    if _shape(src) == row and tuple(inst.attrs["dims"]) == tuple(range(n - k, n)):
+        return src
+    return None
+
+
+_PATTERNS: tuple[Callable[..., Match | None], ...] = (_softmax, _layer_norm, _rms_norm)
+
+
+def raise_composites(fn: Function) -> int:
+    """Raise every matched decomposition in `fn` in place; return how many were raised."""
+    raised = 0
+    for _ in range(3):  # norms first, then their weights and biases
+        g = _Graph(fn)
+        uses: dict[int, int] = {}
+        for inst in fn.body:
+            for v in inst.operands:
+                uses[v.id] = uses.get(v.id, 0) + 1
+        for v in fn.outputs:
+            uses[v.id] = uses.get(v.id, 0) + 1
+        changed = 0
+        for i, inst in enumerate(fn.body):
+            match = None
+            for pattern in _PATTERNS:
+                match = pattern(g, inst)
+                if match is not None:
+                    break
+            if match is None:
+                match = _affine(g, inst, uses)
+            if match is None:
+                continue
+            op, operands, attrs = match
+            if not all(isinstance(v.type, TensorType) and v.type.dtype.is_floating
+                       for v in operands) or _shape(operands[0]) != _shape(inst.results[0]):
+                continue
+            new = Instruction(inst.id, op, operands, attrs, inst.results)
+            fn.body[i] = new
+            g.producer[inst.results[0].id] = new
+            changed += 1
+        raised += changed
+        if not changed:
+            break
+    return raised
+
+
+@final
+class RaiseCompositesPass:
+    """The pipeline's raising step (see the module doc)."""
+
+    name = "raise_composites"
+
+    def run(self, fn: Function, ctx: PassContext) -> PassResult:
+        """Raise matched decompositions in `fn` in place."""
+        count = raise_composites(fn)
+        return PassResult(changed=count > 0, rewrites=count, counts={"raised": count})
