@@ -70,6 +70,8 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "rms_norm": lambda: ([f32(2, 3, 4), f32(3, 4)], {"axes": (1, 2)}),
     "swiglu": lambda: ([f32(2, 3), f32(2, 3)], {}),
     "geglu": lambda: ([f32(2, 3), f32(2, 3)], {"approximate": "tanh"}),
+    "scaled_dot_product_attention": lambda: (
+        [f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 6)], {"scale": 0.5, "is_causal": True}),
     "rotary_embedding": lambda: ([f32(2, 5, 8), f32(5, 4), f32(5, 4)], {"interleaved": True}),
     "custom_call": lambda: ([f32(2, 3), f32(2, 3)],
                             {"name": "fused_exp_add", "decomposition": _decomposition()}),

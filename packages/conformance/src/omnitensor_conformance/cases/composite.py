@@ -155,3 +155,35 @@ def _rotary(dtype: DType) -> Iterator[Sample]:
                                         Arg(TensorType((5, 1, 4), dtype), "small"),
                                         Arg(TensorType((5, 1, 4), dtype), "small")], strided)
         yield sample(f"{tag}_edges", [Arg(TensorType((5, 8), dtype), "edges"), *tables], apply)
+
+
+@cases("scaled_dot_product_attention")
+def _attention(dtype: DType) -> Iterator[Sample]:
+    def attend(causal: bool) -> Callable[..., Value]:
+        def build(b: Builder, q: Value, k: Value, v: Value) -> Value:
+            return b.emit("scaled_dot_product_attention", q, k, v, scale=0.35, is_causal=causal)
+
+        return build
+
+    def strided(b: Builder, q: Value, k: Value, v: Value) -> Value:
+        qt = b.emit("transpose", q, perm=(0, 2, 1, 3))  # (B, T, H, D) read as (B, H, T, D)
+        return b.emit("scaled_dot_product_attention", qt, k, v, scale=0.35, is_causal=True)
+
+    def broadcast(b: Builder, q: Value, k: Value, v: Value) -> Value:
+        kb = b.emit("broadcast_in_dim", k, shape=(2, 2, 7, 8), dims=(1, 2, 3))
+        return b.emit("scaled_dot_product_attention", q, kb, v, scale=0.35)
+
+    def qkv(t: int, s: int, hq: int = 4, hkv: int = 2) -> list[TensorType]:
+        return [TensorType((2, hq, t, 8), dtype), TensorType((2, hkv, s, 8), dtype),
+                TensorType((2, hkv, s, 8), dtype)]
+
+    yield sample("mha", qkv(5, 5, 2, 2), attend(False), check="nmse")
+    yield sample("gqa_causal", qkv(5, 5), attend(True), check="nmse")
+    yield sample("decode", qkv(1, 9), attend(True), check="nmse")
+    yield sample("chunk_against_cache", qkv(3, 11), attend(True), check="nmse")
+    yield sample("strided", [TensorType((2, 5, 4, 8), dtype), *qkv(5, 5)[1:]], strided,
+                 check="nmse")
+    yield sample("broadcast", [TensorType((2, 4, 3, 8), dtype), TensorType((2, 7, 8), dtype),
+                               TensorType((2, 2, 7, 8), dtype)], broadcast, check="nmse")
+    q, k, v = qkv(4, 4, 2, 1)
+    yield sample("edges", [Arg(q, "edges"), Arg(k), Arg(v)], attend(True), check="nmse")

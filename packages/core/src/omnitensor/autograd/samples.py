@@ -181,6 +181,11 @@ def _composite_samples(add: Callable[[GradSample], None]) -> None:
     add(GradSample("swiglu", "vec", ((3, 4), (3, 4)), lambda g, u: _op("swiglu", g, u)))
     add(GradSample("geglu", "tanh", ((3, 4), (3, 4)),
                    lambda g, u: _op("geglu", g, u, approximate="tanh")))
+    for causal in (False, True):
+        add(GradSample("scaled_dot_product_attention", "gqa_causal" if causal else "gqa",
+                       ((1, 4, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3)),
+                       lambda q, k, v, c=causal: _op("scaled_dot_product_attention", q, k, v,
+                                                     scale=0.5, is_causal=c)))
     for interleaved in (False, True):
         add(GradSample("rotary_embedding", "interleaved" if interleaved else "halves",
                        ((2, 3, 6), (3, 3), (3, 3)),

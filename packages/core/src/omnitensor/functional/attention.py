@@ -157,6 +157,11 @@ def scaled_dot_product_attention(
             "multiple of Hkv)", op="attention", shapes=[query.shape, key.shape, value.shape])
     groups = hq // hkv
     scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if (attn_mask is None and q_positions is None and kv_length is None and softcap is None
+            and dropout_p == 0.0 and query.dtype.is_floating
+            and query.dtype == key.dtype == value.dtype and value.ndim == 4):
+        return Tensor._apply("scaled_dot_product_attention", query, key, value,
+                             scale=float(scale), is_causal=bool(is_causal))
     q = query.reshape(b, hkv, groups * t, d)  # heads sharing a kv head side by side
     scores = op("dot_general", q, key, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
     scores = (scores * scale).reshape(b, hq, t, s)  # (B, Hq, T, S)
