@@ -1,7 +1,9 @@
 """`RefBackend`: runs PTIR with the core's reference interpreter; buffers are numpy arrays.
 
-The definition of every op, not a fast path: it supports every op with every dtype its
-declaration allows, never writes a buffer in place and copies only on upload and download.
+The definition of every op, not a fast path: its lowering table is the core's shared table of
+reference kernels (`omnitensor.backend.host.reference_lowerings`), every primitive with every
+dtype its declaration allows; composites are expanded into primitives before it runs them. It
+never writes a buffer in place and copies only on upload and download.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any, final
 import numpy as np
 
 from omnitensor.backend import Capabilities, Executable
-from omnitensor.backend.host import HostArrayBackend, hand_out, reference_op_table
-from omnitensor.ir import Function
+from omnitensor.backend.host import HostArrayBackend, hand_out, reference_lowerings
+from omnitensor.backend.lowering import LoweringTable
+from omnitensor.ir import Function, Instruction, all_ops
 from omnitensor.ir.interpret import evaluate
 from omnitensor.ir.verify import verify
 
@@ -39,15 +42,30 @@ class RefBackend(HostArrayBackend):
 
     def __init__(self) -> None:
         self._capabilities: Capabilities | None = None
+        self._table: tuple[int, LoweringTable] | None = None
+
+    def lowerings(self) -> LoweringTable:
+        """The reference-kernel table (rebuilt when ops were declared since, e.g. by plugins)."""
+        declared = len(all_ops())
+        if self._table is None or self._table[0] != declared:
+            self._table = (declared, reference_lowerings())
+            self._capabilities = None
+        return self._table[1]
 
     def capabilities(self) -> Capabilities:
-        """Every op x every dtype its declaration allows (operand-specific dtypes included)."""
+        """Derived from the lowering table: every primitive x every dtype it declares."""
+        table = self.lowerings()
         if self._capabilities is None:
             self._capabilities = Capabilities(
-                ops=reference_op_table(), strided_inputs=True,
+                ops=table.capabilities(), strided_inputs=True,
                 notes={"kernels": "numpy reference"}
             )
         return self._capabilities
+
+    def supports(self, inst: Instruction) -> str | None:
+        """The lowering table's answer, naming this backend."""
+        reason = self.lowerings().supports(inst)
+        return None if reason is None else f"{reason} in backend {self.name!r}"
 
     def compile(self, function: Function) -> RefExecutable:
         """Verify `function` (PTIR invariants) and keep it; nothing else to compile."""

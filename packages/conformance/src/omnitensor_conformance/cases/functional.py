@@ -54,6 +54,8 @@ def _families() -> list[_Family]:
         _Family("gelu", "exact", (x,), lambda f, a: f(a)),
         _Family("gelu", "tanh", (x,), lambda f, a: f(a, approximate="tanh")),
         _Family("silu", "plain", (x,), lambda f, a: f(a)),
+        _Family("swiglu", "plain", (x, x), lambda f, g, u: f(g, u)),
+        _Family("geglu", "tanh", (x, x), lambda f, g, u: f(g, u, approximate="tanh")),
         _Family("relu", "plain", (x,), lambda f, a: f(a)),
         _Family("layer_norm", "affine", (x, ((8,), None, "normal"), ((8,), None, "normal")),
                 lambda f, a, w, b: f(a, 8, w, b, eps=1e-5)),

@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType
-from ..ir.opdef import OpDef, Trait, all_ops
+from ..ir.opdef import OpDef, OpView, Trait, all_ops
 from ..ir.program import Instruction
 from .contract import Backend
+from .lowering import LoweringTable
 
-__all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_op_table"]
+__all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_lowerings",
+           "reference_op_table"]
 
 Array = np.ndarray[Any, Any]
 
@@ -37,6 +39,24 @@ def reference_op_table() -> dict[str, frozenset[DType]]:
             dtypes.update(spec.dtypes or ())
         ops[name] = frozenset(dtypes)
     return ops
+
+
+def _reference_kernel(ctx: Any, view: OpView) -> Any:
+    """The op's numpy reference kernel (``kernel(*operand groups, **attrs)``)."""
+    return view.opdef.reference
+
+
+def reference_lowerings() -> LoweringTable:
+    """A lowering table of every primitive's reference kernel, in `reference_op_table`'s dtypes.
+
+    Host backends start from it and override entries with their own kernels; a lowering
+    returns the numpy kernel to call with the instruction's operand groups and attributes.
+    Composites have no entry, so they are expanded into primitives for such a backend.
+    """
+    table = LoweringTable()
+    for name, dtypes in reference_op_table().items():
+        table.register(name, dtypes=dtypes)(_reference_kernel)
+    return table
 
 
 def read_only(array: Array) -> Array:
