@@ -18,7 +18,8 @@ from ... import dtypes as dt
 from ...errors import UnsupportedError
 from ...functional import scaled_dot_product_attention
 from ...tensor.creation import full
-from ...tensor.math import concatenate, where
+from ...tensor.math import where
+from ...tensor.shape import concatenate
 from ...tensor.tensor import Tensor
 from ..registry import Ctx, Value, handler
 

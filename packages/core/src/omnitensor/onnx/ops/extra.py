@@ -18,7 +18,8 @@ from ...functional import conv2d, silu
 from ...functional._ops import pad
 from ...tensor.creation import full
 from ...tensor.interop import from_numpy
-from ...tensor.math import concatenate, where
+from ...tensor.math import where
+from ...tensor.shape import concatenate
 from ...tensor.tensor import Tensor
 from ..registry import Ctx, Value, handler
 from .elementwise import _broadcast

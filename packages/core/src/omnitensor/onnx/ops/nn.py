@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...functional import conv2d, layer_norm, log_softmax, rms_norm, softmax
 from ...functional._ops import lowest, pad, strided_slice
-from ...tensor.math import stack
+from ...tensor.shape import stack
 from ...tensor.tensor import Tensor
 from ..registry import Ctx, Value, handler
 

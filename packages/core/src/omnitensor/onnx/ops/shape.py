@@ -10,7 +10,8 @@ import numpy as np
 from ... import dtypes as dt
 from ...errors import ShapeError, UnsupportedError
 from ...tensor.creation import full
-from ...tensor.math import concatenate, where
+from ...tensor.math import where
+from ...tensor.shape import concatenate
 from ...tensor.tensor import Tensor
 from ..registry import Ctx, Value, handler
 
