@@ -1,4 +1,8 @@
-"""Row kernels: layer norm (as the functional and the benchmark decompose it) and softmax."""
+"""Row kernels: layer norm and softmax, written as bare primitives, reach the row kernels.
+
+The backend never re-matches decompositions: these graphs reach the kernels only because the
+optimizer's `raise_composites` turns them into composites first (the user's path).
+"""
 
 from __future__ import annotations
 
@@ -58,10 +62,11 @@ def _layer_norm(shape: tuple[int, ...], dtype: DType, *, weight: bool, bias: boo
 @pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True),
                                          (False, False)])
 @pytest.mark.parametrize("early", [False, True])
-def test_layer_norm_is_one_row_kernel(backend: CpuBackend, dtype: DType, shape: tuple[int, ...],
-                                      weight: bool, bias: bool, early: bool) -> None:
+def test_layer_norm_is_one_row_kernel(backend: CpuBackend, compile_optimized: Any, dtype: DType,
+                                      shape: tuple[int, ...], weight: bool, bias: bool,
+                                      early: bool) -> None:
     fn = _layer_norm(shape, dtype, weight=weight, bias=bias, early_broadcast=early)
-    exe = backend.compile(fn)
+    exe = compile_optimized(fn)
     assert [k for k in exe.plan.kinds if k != "ref"] == ["rows"]
     assert any("layer_norm" in label for label in exe.plan.labels)
     rng = np.random.default_rng(0)
@@ -90,11 +95,12 @@ def test_functional_layer_norm_decomposition_is_matched(backend: CpuBackend) -> 
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
-def test_layer_norm_whose_centred_value_is_an_output_is_not_a_row_kernel(
-        backend: CpuBackend) -> None:
+def test_layer_norm_whose_centred_value_is_an_output_keeps_both_outputs(
+        backend: CpuBackend, compile_optimized: Any) -> None:
+    # NOTE: the raise pass may take the norm into a composite; the centred value, read
+    # outside, must still come out right.
     fn = _layer_norm((4, 16), float32, weight=True, bias=True, centred_out=True)
-    exe = backend.compile(fn)
-    assert not any("layer_norm" in label for label in exe.plan.labels)
+    exe = compile_optimized(fn)
     rng = np.random.default_rng(3)
     xs = [rng.normal(size=(4, 16)).astype(np.float32) for _ in range(1)]
     xs += [rng.normal(size=16).astype(np.float32) for _ in range(2)]
@@ -113,10 +119,11 @@ def _softmax(shape: tuple[int, int], dtype: DType) -> Function:
 
 @pytest.mark.parametrize("dtype", [float32, float64])
 @pytest.mark.parametrize("shape", [(3, 7), (600, 300)])
-def test_softmax_rows_match_the_reference_with_nan_and_inf(backend: CpuBackend, dtype: DType,
+def test_softmax_rows_match_the_reference_with_nan_and_inf(backend: CpuBackend,
+                                                           compile_optimized: Any, dtype: DType,
                                                            shape: tuple[int, int]) -> None:
     fn = _softmax(shape, dtype)
-    exe = backend.compile(fn)
+    exe = compile_optimized(fn)
     assert exe.plan.kinds == ["rows"]
     rng = np.random.default_rng(2)
     x = (rng.normal(size=shape) * 20).astype(dtype.np)

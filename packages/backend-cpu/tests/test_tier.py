@@ -31,7 +31,7 @@ def test_small_groups_run_numpy_larger_ones_compile(
     monkeypatch.setattr(codegen, "kernel_for", lambda g: loads.append(g) or original(g))
     fn = _gelu_like(size)
     exe = backend.compile(fn)
-    assert exe.plan.kinds == ["fused"]
+    assert exe.plan.kinds == (["ref"] if size < 4096 else ["fused"])  # labels say what runs
     x = np.linspace(-4, 4, size, dtype=np.float32)
     for _ in range(2):
         (got,) = backend.run(exe, [x])

@@ -32,7 +32,8 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         index: the step's position in the plan.
         reads: value ids the kernel reads, None for absent optional operands.
         kernel: makes the kernel function (imports the numba module then).
-        kind: the step kind in `Plan.kinds` and labels.
+        kind: the step kind in `Plan.kinds` and labels; a small instance, which runs the
+            reference kernels, is kind ``ref`` instead, so profiles say what really runs.
     """
     result = inst.results[0]
     assert isinstance(result.type, TensorType)
@@ -59,4 +60,4 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
             return reference_runner([inst], {}, [out], [get])
         return compiled()
 
-    return Draft([i for i in ids if i is not None], [out], make, owned, kind)
+    return Draft([i for i in ids if i is not None], [out], make, owned, "ref" if small else kind)

@@ -3,7 +3,9 @@
 Each step is a closure made here, at compile time, that reads its operand slots and writes its
 result slots; running a plan is one loop over those closures (no per-op dispatch). Steps are:
 views and everything without a faster kernel (the core's numpy reference kernels), fused
-elementwise groups (`codegen`), BLAS products and fused row kernels (`kernels`). Values that a
+elementwise groups (`codegen`), and each instruction's entry of the lowering table (`lowering`:
+BLAS products, the composites' kernels). Fused structure arrives as composites; nothing here
+re-matches decompositions. Values that a
 step writes into memory it is given ("owned" values) get buffers from the memory planner:
 liveness over the plan, buffers reused once their last reader ran, allocated once per
 executable; only buffers that escape as outputs are fresh per run.
@@ -141,7 +143,8 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
             return reference_runner(group.insts, group.literals, outs, out_get)
         return compiled()
 
-    return Draft(ins, outs, make, owned, "fused")
+    # NOTE: a small group runs the reference kernels: its kind says so (profiles, labels).
+    return Draft(ins, outs, make, owned, "ref" if small else "fused")
 
 
 def _dtype_of(group: FusedGroup, value: int) -> np.dtype[Any]:
@@ -172,7 +175,7 @@ def _literal(fn_producers: dict[int, Instruction], value_id: int) -> Any | None:
 _PASS_THROUGH: Final = frozenset({"constant", "broadcast_in_dim"})
 
 
-def _groups(function: Function, exclude: set[int]) -> dict[int, FusedGroup]:
+def _groups(function: Function) -> dict[int, FusedGroup]:
     """Fused groups keyed by the index of their last instruction in the body.
 
     A group is a run of fusible instructions of one shape, consecutive in program order except
@@ -198,9 +201,7 @@ def _groups(function: Function, exclude: set[int]) -> dict[int, FusedGroup]:
 
     for idx, inst in enumerate(function.body):
         result = inst.results[0].type
-        if id(inst) in exclude:
-            close()
-        elif codegen.can_fuse(inst) and isinstance(result, TensorType):
+        if codegen.can_fuse(inst) and isinstance(result, TensorType):
             if shape is not None and result.shape != shape:
                 close()
             shape = result.shape
@@ -252,33 +253,18 @@ def _worth_fusing(insts: list[Instruction]) -> bool:
 
 def build_plan(function: Function) -> Plan:
     """Compile a verified function into a `Plan` (groups, kernels, buffers)."""
-    # NOTE: row kernels are compiled code: not for programs whose arrays are all small.
-    biggest = max((v.type.size for i in function.body for v in i.results
-                   if isinstance(v.type, TensorType)), default=0)
-    fused_row = {}
-    if biggest >= codegen.min_elements():
-        from . import rows
-
-        fused_row = rows.match_rows(function)
-    row_insts = {id(i) for m in fused_row.values() for i in m.insts}
-    groups = _groups(function, row_insts)
+    groups = _groups(function)
     grouped = {id(i) for g in groups.values() for i in g.insts}
     drafts: list[Draft] = []
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
-        if idx in fused_row:
-            from . import rows
-
-            drafts.append(rows.row_step(fused_row[idx], len(drafts), Draft, Owned))
-            drafts[-1].label = f"rows:{fused_row[idx].kind}{fused_row[idx].shape}"
-            continue
         if idx in groups:
             drafts.append(_fused_step(groups[idx], len(drafts)))
             group = groups[idx]
             drafts[-1].label = f"fused:{'+'.join(i.op for i in group.insts)}{group.shape}"
             continue
-        if id(inst) in grouped or id(inst) in row_insts:
+        if id(inst) in grouped:
             continue
         if inst.op == "constant":
             template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
