@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from omnitensor.dtypes import float32, float64, int32
+from omnitensor.dtypes import DType, float32, float64, int32
 from omnitensor.ir import quant_blocks
 from omnitensor.ir.builder import Builder
 from omnitensor.ir.interpret import evaluate
@@ -34,7 +36,8 @@ def _rms(shape: tuple[int, ...], dtype, weighted: bool):  # type: ignore[no-unty
 @pytest.mark.parametrize("dtype", [float32, float64])
 @pytest.mark.parametrize("shape", [(1, 1, 64), (3, 5, 33), (600, 300)])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_rms_norm_is_one_row_kernel(backend: CpuBackend, compile_optimized, dtype, shape, weighted) -> None:  # type: ignore[no-untyped-def]
+def test_rms_norm_is_one_row_kernel(backend: CpuBackend, compile_optimized: Any, dtype: DType,
+                                    shape: tuple[int, ...], weighted: bool) -> None:
     fn = _rms(shape, dtype, weighted)
     exe = compile_optimized(fn)  # raised into the rms_norm composite, then lowered
     # NOTE: a weight given at x's full shape stays a `mul` after the composite.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from omnitensor.dtypes import float32, float64
+from omnitensor.dtypes import DType, float32, float64
 from omnitensor.ir.builder import Builder
 from omnitensor.ir.interpret import evaluate
 from omnitensor.ir.types import TensorType
@@ -83,7 +85,8 @@ def test_intermediate_used_later_is_materialized(backend: CpuBackend) -> None:
 
 @pytest.mark.parametrize("dtype", [float32, float64])
 @pytest.mark.parametrize("shape", [(3, 7), (2, 3, 5), (1, 300000)])
-def test_softmax_pattern_is_one_row_kernel(backend: CpuBackend, compile_optimized, dtype, shape) -> None:  # type: ignore[no-untyped-def]
+def test_softmax_pattern_is_one_row_kernel(backend: CpuBackend, compile_optimized: Any,
+                                           dtype: DType, shape: tuple[int, ...]) -> None:
     b = Builder()
     x = b.input(TensorType(shape, dtype))
     lead = tuple(range(len(shape) - 1))

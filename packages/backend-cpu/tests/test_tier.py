@@ -54,3 +54,32 @@ def test_a_small_program_never_imports_numba() -> None:
     out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
                          capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def _composites() -> Function:
+    b = Builder()
+    x = b.input(TensorType((2, 3, 16), float32))
+    w = b.input(TensorType((16,), float32))
+    cos = b.input(TensorType((3, 8), float32))
+    sin = b.input(TensorType((3, 8), float32))
+    y = b.emit("rms_norm", x, w, axes=(2,), eps=1e-6)
+    y = b.emit("layer_norm", y, w, w, axes=(2,), eps=1e-5)
+    y = b.emit("rotary_embedding", y, cos, sin, interleaved=False)
+    q = b.emit("reshape", y, shape=(2, 1, 3, 16))
+    y = b.emit("scaled_dot_product_attention", q, q, q, scale=0.25, is_causal=True)
+    return b.build([b.emit("softmax", y, axes=(3,)), b.emit("gelu", y, approximate="tanh")])
+
+
+def test_small_composites_run_their_decompositions_inlined(
+        backend: CpuBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(codegen.MIN_ELEMENTS_ENV, "1000000")
+    fn = _composites()
+    exe = backend.compile(fn)
+    assert set(exe.plan.kinds) == {"ref"}  # every composite below the threshold: numpy
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=(2, 3, 16)).astype(np.float32),
+          rng.normal(size=16).astype(np.float32),
+          *np.split(rng.normal(size=(3, 16)).astype(np.float32), 2, axis=1)]
+    xs = [np.ascontiguousarray(a) for a in xs]
+    for got, want in zip(backend.run(exe, xs), evaluate(fn, xs), strict=True):
+        np.testing.assert_array_equal(got, want)  # the same kernels in the same order

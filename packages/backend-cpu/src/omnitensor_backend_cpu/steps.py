@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from omnitensor.ir.ops.linalg import dimension_numbers
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, threads
+from . import codegen, threads, tier
 from .drafts import Array, Draft, Owned, Slots, Step
 
 __all__ = ["dot_step", "qmatmul_step", "reference_step", "update_step"]
@@ -30,12 +30,25 @@ _GEMV_MIN_WEIGHT: Final = 1 << 20
 
 
 def reference_step(inst: Instruction) -> Draft:
-    """`inst` run by its reference kernel (numpy; a composite's decomposition)."""
+    """`inst` run by its reference kernel (numpy; a composite's decomposition, inlined once)."""
     opdef = get_op(inst.op)
     kernel, attrs = opdef.reference, dict(inst.attrs)
     reads = [v.id for v in inst.operands]
     writes = [v.id for v in inst.results]
     variadic = any(s.variadic for s in opdef.operands)
+    if opdef.decompose is not None:
+        entries, consts = tier.flatten([inst])
+
+        def make_inlined(_: dict[int, Callable[[Slots], Array]]) -> Step:
+            def step(slots: Slots) -> None:
+                env: dict[Any, Any] = dict(consts)
+                tier.run_flat(entries, env, slots)
+                for slot in writes:
+                    slots[slot] = np.asarray(env[slot])
+
+            return step
+
+        return Draft(reads, writes, make_inlined)
 
     def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
         if len(writes) == 1 and not variadic:

@@ -10,19 +10,85 @@ generate char-gpt``) never imports numba, and no compile ever stalls a running l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, cast
 
 import numpy as np
 
-from omnitensor.ir.opdef import get_op
+from omnitensor.ir.opdef import OpDef, decomposition, get_op
 from omnitensor.ir.program import Instruction
 from omnitensor.ir.types import TensorType
 
-__all__ = ["reference_runner"]
+__all__ = ["flatten", "reference_runner", "run_flat"]
 
 Slots = list[Any]
 Step = Callable[[Slots], None]
+
+#: (reference kernel, attributes, operand keys, result keys, the OpDef when its operands are
+#: grouped (variadic), else None). Keys are the plan's value ids, or (scope, id) pairs for the
+#: values inside an inlined decomposition.
+Entry = tuple[Callable[..., Any], dict[str, Any], list[Hashable], list[Hashable], OpDef | None]
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def flatten(insts: Sequence[Instruction]) -> tuple[list[Entry], dict[Hashable, Any]]:
+    """`insts` as a flat list of primitive reference kernels, composites inlined.
+
+    A composite's reference kernel builds and interprets its decomposition on every call
+    (0.15 ms for a (1, 896) rms_norm, against 10 us for its dozen numpy calls); inlined once
+    here, small composites in a decode step cost what their primitives cost. Constants are
+    evaluated here, once.
+
+    Returns:
+        (entries in order, constants by key).
+    """
+    entries: list[Entry] = []
+    consts: dict[Hashable, Any] = {}
+    scopes = itertools.count()
+
+    def visit(inst: Instruction, key: Callable[[int], Hashable]) -> None:
+        opdef = get_op(inst.op)
+        reads = [key(v.id) for v in inst.operands]
+        writes = [key(v.id) for v in inst.results]
+        if inst.op == "constant":
+            consts[writes[0]] = opdef.reference(**inst.attrs)
+            return
+        if opdef.decompose is None:
+            grouped = opdef if any(s.variadic for s in opdef.operands) else None
+            entries.append((opdef.reference, dict(inst.attrs), reads, writes, grouped))
+            return
+        fn = decomposition(opdef, [v.type for v in inst.operands], dict(inst.attrs))
+        scope = next(scopes)
+        inner: dict[int, Hashable] = {spec.value.id: r
+                                      for spec, r in zip(fn.inputs, reads, strict=True)}
+        for value, write in zip(fn.outputs, writes, strict=True):
+            if value.id in inner:  # a decomposition that returns an input (or one value twice)
+                entries.append((_identity, {}, [inner[value.id]], [write], None))
+            else:
+                inner[value.id] = write
+        for sub in fn.body:
+            visit(sub, lambda vid, s=scope, m=inner: m.get(vid, (s, vid)))  # type: ignore[misc]
+
+    for inst in insts:
+        visit(inst, lambda vid: vid)
+    return entries, consts
+
+
+def run_flat(entries: Sequence[Entry], env: dict[Hashable, Any], slots: Slots) -> None:
+    """Run flattened `entries`, reading `env` first and then `slots`, writing into `env`."""
+    for kernel, attrs, reads, writes, grouped in entries:
+        args = [env[r] if r in env else slots[cast(int, r)] for r in reads]
+        result = kernel(*(grouped.group(args) if grouped is not None else args), **attrs)
+        if len(writes) == 1:
+            env[writes[0]] = result
+        else:
+            for write, value in zip(writes, result, strict=True):
+                env[write] = value
+
 
 def reference_runner(insts: Sequence[Instruction], literals: dict[int, Any],
                      outputs: Sequence[int],
@@ -30,19 +96,19 @@ def reference_runner(insts: Sequence[Instruction], literals: dict[int, Any],
     """A step running `insts` through the reference kernels, results into the given buffers.
 
     Args:
-        insts: instructions in program order (single-result).
+        insts: instructions in program order (composites are inlined, see `flatten`).
         literals: value id -> scalar for operands inlined as constants.
         outputs: value ids written out, each into the buffer its getter returns.
         getters: one per output (the plan's buffer for it).
     """
-    kernels = [(get_op(i.op).reference, dict(i.attrs), [v.id for v in i.operands],
-                i.results[0].id) for i in insts]
-    consts = {vid: np.asarray(value, dtype=_dtype(insts, vid)) for vid, value in literals.items()}
+    entries, inner = flatten(insts)
+    consts: dict[Hashable, Any] = dict(inner)
+    consts.update({vid: np.asarray(value, dtype=_dtype(insts, vid))
+                   for vid, value in literals.items()})
 
     def step(slots: Slots) -> None:
-        env: dict[int, Any] = dict(consts)
-        for kernel, attrs, reads, write in kernels:
-            env[write] = kernel(*[env[r] if r in env else slots[r] for r in reads], **attrs)
+        env: dict[Hashable, Any] = dict(consts)
+        run_flat(entries, env, slots)
         for vid, get in zip(outputs, getters, strict=True):
             buffer = get(slots)
             np.copyto(buffer, env[vid], casting="unsafe")

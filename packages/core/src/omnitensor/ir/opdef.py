@@ -12,7 +12,7 @@ import enum
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, final, overload
 
 from ..dtypes import ALL, DType, as_dtype
 from ..errors import DTypeError, OmnitensorError
@@ -451,10 +451,30 @@ def decomposition(op: OpDef, operand_types: Sequence[Any], attrs: dict[str, Any]
 
     if op.decompose is None:
         raise OmnitensorError(f"{op.name}: not a composite (no decomposition)", op=op.name)
+    # NOTE: building a decomposition costs about 0.4 ms (every instruction's `infer`, then the
+    # verifier); reference kernels call this per run, so results are kept per (op, types,
+    # attributes). Functions are never modified after `build`, so sharing one is safe.
+    try:
+        key: Any = (op.name, tuple(operand_types), tuple(sorted(attrs.items())))
+        hash(key)
+    except TypeError:  # an unhashable attribute value: build it every time
+        key = None
+    if key is not None and key in _DECOMPOSITIONS:
+        return _DECOMPOSITIONS[key]
     b = Builder(op.name)
     inputs = [b.input(t) for t in operand_types]
     result = op.decompose(b, *op.group(inputs), **attrs)
-    return b.build(list(result) if isinstance(result, tuple) else [result])
+    fn = b.build(list(result) if isinstance(result, tuple) else [result])
+    if key is not None:
+        if len(_DECOMPOSITIONS) >= _DECOMPOSITION_CACHE_SIZE:
+            _DECOMPOSITIONS.pop(next(iter(_DECOMPOSITIONS)))
+        _DECOMPOSITIONS[key] = fn
+    return fn
+
+
+#: (op name, operand types, attributes) -> decomposition, oldest first (`decomposition`).
+_DECOMPOSITIONS: dict[Any, Function] = {}
+_DECOMPOSITION_CACHE_SIZE: Final = 512
 
 
 def all_ops() -> dict[str, OpDef]:
