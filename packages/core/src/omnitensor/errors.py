@@ -17,11 +17,13 @@ __all__ = [
     "BackendUnavailableError",
     "DTypeError",
     "FormatError",
+    "GenerationArgumentError",
     "IndexOutOfRangeError",
     "OmnitensorError",
     "ParseError",
     "PluginError",
     "ShapeError",
+    "SpecError",
     "TraceError",
     "UnsupportedError",
     "VerificationError",
@@ -81,6 +83,14 @@ class FormatError(OmnitensorError, ValueError):
         super().__init__(message, **fields)
         self.path = path
         self.offset = offset
+
+
+class SpecError(FormatError):
+    """A ModelSpec that is malformed or over its limits (names the source and the step)."""
+
+
+class GenerationArgumentError(OmnitensorError, ValueError):
+    """An argument of `generate`/`stream` out of range or of the wrong kind (names it)."""
 
 
 class ParseError(FormatError):

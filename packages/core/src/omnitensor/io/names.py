@@ -11,6 +11,7 @@ mapped here too (`hparams_from_hf_config`, `hparams_from_gguf`, `gguf_metadata_f
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "hf_to_gguf_name",
     "hparams_from_gguf",
     "hparams_from_hf_config",
+    "hf_tensor_shape",
     "permute_qk",
     "to_gguf_tensor",
     "unpermute_qk",
@@ -271,6 +273,13 @@ def to_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams) -> _W:
     return value
 
 
+def hf_tensor_shape(arch: str, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape `from_hf_tensor` gives tensor `name` of Hugging Face shape `shape`."""
+    if arch == "gpt2" and _GPT2_CONV1D.fullmatch(name):
+        return tuple(reversed(shape))
+    return tuple(shape)
+
+
 def from_hf_tensor(arch: str, name: str, value: Array) -> Array:
     """A Hugging Face tensor (already renamed to `name`) -> omnitensor's layout.
 
@@ -324,81 +333,142 @@ class HParams:
         return self.embedding_length // self.head_count
 
 
-def _need(source: str, mapping: Mapping[str, Any], *keys: str) -> Any:
+def _need(source: str, mapping: Mapping[str, Any], *keys: str) -> int:
     for key in keys:
         if key in mapping and mapping[key] is not None:
-            return mapping[key]
-    raise FormatError(f"{source}: missing hyper-parameter {keys[0]!r}")
+            return _as_int(source, key, mapping[key])
+    raise FormatError(f"{source}: missing hyper-parameter {keys[0]!r}", path=source, key=keys[0])
 
 
-def hparams_from_hf_config(config: Mapping[str, Any]) -> HParams:
-    """Hyper-parameters from a Hugging Face ``config.json``.
+def _as_int(source: str, key: str, value: Any) -> int:
+    """`value` as an int; a float with no fraction is accepted (JSON writers emit 32.0)."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FormatError(f"{source}: hyper-parameter {key!r} must be an integer (got "
+                          f"{value!r})", path=source, key=key)
+    return value
+
+
+def _as_float(source: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FormatError(f"{source}: hyper-parameter {key!r} must be a number (got {value!r})",
+                          path=source, key=key)
+    return float(value)
+
+
+def _opt_int(source: str, config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key)
+    return default if value is None else _as_int(source, key, value)
+
+
+def _opt_float(source: str, config: Mapping[str, Any], key: str, default: float) -> float:
+    value = config.get(key)
+    return default if value is None else _as_float(source, key, value)
+
+
+def _opt_bool(source: str, config: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise FormatError(f"{source}: {key!r} must be true or false (got {value!r})",
+                          path=source, key=key)
+    return value
+
+
+def hparams_from_hf_config(config: Mapping[str, Any], source: str = "config.json") -> HParams:
+    """Hyper-parameters from a Hugging Face ``config.json`` (types checked, not ranges).
+
+    Args:
+        config: the parsed file.
+        source: the file, for error messages.
 
     Raises:
         FormatError: for an unsupported model type or a missing key.
     """
     arch = arch_from_hf_config(config)
-    src = "config.json"
+    src = source
     if arch == "gpt2":
-        hidden = int(_need(src, config, "n_embd", "hidden_size"))
-        heads = int(_need(src, config, "n_head", "num_attention_heads"))
-        return HParams(arch, int(_need(src, config, "n_positions", "n_ctx")), hidden,
-                       int(_need(src, config, "n_layer", "num_hidden_layers")),
-                       int(config.get("n_inner") or 4 * hidden), heads, heads,
-                       int(config.get("vocab_size", 0)),
-                       norm_epsilon=float(config.get("layer_norm_epsilon", 1e-5)),
-                       tie_embeddings=bool(config.get("tie_word_embeddings", True)))
-    heads = int(_need(src, config, "num_attention_heads"))
+        hidden = _need(src, config, "n_embd", "hidden_size")
+        heads = _need(src, config, "n_head", "num_attention_heads")
+        return HParams(arch, _need(src, config, "n_positions", "n_ctx"), hidden,
+                       _need(src, config, "n_layer", "num_hidden_layers"),
+                       _opt_int(src, config, "n_inner", 4 * hidden), heads, heads,
+                       _opt_int(src, config, "vocab_size", 0),
+                       norm_epsilon=_opt_float(src, config, "layer_norm_epsilon", 1e-5),
+                       tie_embeddings=_opt_bool(src, config, "tie_word_embeddings", True))
+    heads = _need(src, config, "num_attention_heads")
     common: dict[str, Any] = dict(
-        context_length=int(_need(src, config, "max_position_embeddings")),
-        embedding_length=int(_need(src, config, "hidden_size")),
-        block_count=int(_need(src, config, "num_hidden_layers")),
-        feed_forward_length=int(_need(src, config, "intermediate_size")),
-        head_count=heads, vocab_size=int(config.get("vocab_size", 0)))
+        context_length=_need(src, config, "max_position_embeddings"),
+        embedding_length=_need(src, config, "hidden_size"),
+        block_count=_need(src, config, "num_hidden_layers"),
+        feed_forward_length=_need(src, config, "intermediate_size"),
+        head_count=heads, vocab_size=_opt_int(src, config, "vocab_size", 0))
     if arch == "bert":
         return HParams(arch, head_count_kv=heads,
-                       norm_epsilon=float(config.get("layer_norm_eps", 1e-12)), **common)
+                       norm_epsilon=_opt_float(src, config, "layer_norm_eps", 1e-12), **common)
     # NOTE: transformers >= 5 writes rope_theta into "rope_parameters", not the top level.
     rope_parameters = config.get("rope_parameters")
     rope: Mapping[str, Any] = rope_parameters if isinstance(rope_parameters, dict) else {}
-    theta = config.get("rope_theta") or rope.get("rope_theta") or 10000.0
-    return HParams(arch, head_count_kv=int(config.get("num_key_value_heads") or heads),
-                   rope_freq_base=float(theta),
-                   norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
-                   tie_embeddings=bool(config.get("tie_word_embeddings", False)), **common)
+    theta = config.get("rope_theta")
+    theta = rope.get("rope_theta") if theta is None else theta
+    return HParams(arch, head_count_kv=_opt_int(src, config, "num_key_value_heads", heads),
+                   rope_freq_base=10000.0 if theta is None else _as_float(src, "rope_theta",
+                                                                          theta),
+                   norm_epsilon=_opt_float(src, config, "rms_norm_eps", 1e-6),
+                   tie_embeddings=_opt_bool(src, config, "tie_word_embeddings", False), **common)
 
 
-def hparams_from_gguf(metadata: Mapping[str, Any], tensor_names: Any = ()) -> HParams:
-    """Hyper-parameters from GGUF metadata (``<arch>.context_length`` ...).
+def hparams_from_gguf(metadata: Mapping[str, Any], tensor_names: Any = (),
+                      source: str = "gguf") -> HParams:
+    """Hyper-parameters from GGUF metadata (``<arch>.context_length`` ...), types checked.
 
     Args:
         metadata: the file's key/values.
         tensor_names: the file's tensor names; a file without ``output.weight`` ties embeddings.
+        source: the file, for error messages.
 
     Raises:
-        FormatError: for a missing architecture or key.
+        FormatError: for a missing architecture or key, or a value of the wrong type (naming
+            the key).
     """
     arch = metadata.get("general.architecture")
-    if not isinstance(arch, str):
-        raise FormatError("gguf: missing general.architecture")
-    src = f"gguf ({arch})"
+    if not isinstance(arch, str) or not arch:
+        raise FormatError(f"{source}: missing general.architecture", path=source,
+                          key="general.architecture")
+    src = source
 
     def key(name: str, default: Any = None) -> Any:
-        value = metadata.get(f"{arch}.{name}", default)
+        full = f"{arch}.{name}"
+        value = metadata.get(full, default)
         if value is None:
-            raise FormatError(f"{src}: missing metadata key {arch}.{name}")
-        return value[0] if isinstance(value, list) and value else value  # per-layer arrays
+            raise FormatError(f"{src}: missing metadata key {full}", path=src, key=full)
+        if isinstance(value, list):  # per-layer arrays: every layer must agree
+            if not value or any(v != value[0] for v in value):
+                raise FormatError(f"{src}: {full} differs between layers (got {value[:8]!r}); "
+                                  "omnitensor needs one value for every layer", path=src,
+                                  key=full)
+            value = value[0]
+        return value
 
-    heads = int(key("attention.head_count"))
+    def integer(name: str, default: Any = None) -> int:
+        return _as_int(src, f"{arch}.{name}", key(name, default))
+
+    def number(name: str, default: Any = None) -> float:
+        return _as_float(src, f"{arch}.{name}", key(name, default))
+
+    heads = integer("attention.head_count")
     eps_key = "attention.layer_norm_rms_epsilon" if arch in RMS_ARCHS \
         else "attention.layer_norm_epsilon"
     names = set(tensor_names)
-    vocab = metadata.get(f"{arch}.vocab_size") or len(metadata.get("tokenizer.ggml.tokens", []))
-    return HParams(arch, int(key("context_length")), int(key("embedding_length")),
-                   int(key("block_count")), int(key("feed_forward_length")), heads,
-                   int(key("attention.head_count_kv", heads)), int(vocab),
-                   rope_freq_base=float(key("rope.freq_base", 10000.0)),
-                   norm_epsilon=float(key(eps_key, 1e-5)),
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    vocab = metadata.get(f"{arch}.vocab_size")
+    vocab = (len(tokens) if isinstance(tokens, list) else 0) if vocab is None else _as_int(
+        src, f"{arch}.vocab_size", vocab)
+    return HParams(arch, integer("context_length"), integer("embedding_length"),
+                   integer("block_count"), integer("feed_forward_length"), heads,
+                   integer("attention.head_count_kv", heads), vocab,
+                   rope_freq_base=number("rope.freq_base", 10000.0),
+                   norm_epsilon=number(eps_key, 1e-5),
                    tie_embeddings=bool(names) and "output.weight" not in names)
 
 

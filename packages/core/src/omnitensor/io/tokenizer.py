@@ -8,10 +8,11 @@ templates are carried as strings; rendering them belongs to the runtime.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -23,6 +24,73 @@ from ..errors import FormatError
 log = logging.getLogger(__name__)
 
 __all__ = ["Tokenizer", "char_tokenizer"]
+
+#: Ids of a tokenizer.json may leave holes, but at most this many past its entry count: the
+#: library fills every hole when it writes the vocabulary back (ids shifted by 2**31 = 8 GB).
+MAX_ID_SLACK: Final = 1 << 16
+
+
+@contextlib.contextmanager
+def _library(source: str, what: str) -> Iterator[None]:
+    """Errors of the `tokenizers` library, its Rust panics included, as `FormatError`.
+
+    The library raises bare `Exception` for bad input and pyo3's ``PanicException`` (a
+    `BaseException`) when its Rust code panics; both mean the tokenizer data is unusable.
+    """
+    try:
+        yield
+    except FormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises bare Exception
+        raise FormatError(f"{source}: {what} ({exc})", path=source) from None
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise FormatError(f"{source}: {what}: the tokenizers library panicked ({exc})",
+                          path=source) from None
+
+
+def _check_tokenizer_json(text: str, source: str) -> None:
+    """Refuse a tokenizer.json whose ids the library would turn into a huge allocation."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise FormatError(f"{source}: not a valid tokenizer.json ({exc})", path=source) from None
+    if not isinstance(data, dict):
+        raise FormatError(f"{source}: a tokenizer.json holds a JSON object", path=source)
+    model = data.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    added = data.get("added_tokens") or []
+    ids: list[Any] = []
+    if isinstance(vocab, dict):
+        ids.extend(vocab.values())
+    if isinstance(added, list):
+        ids.extend(t.get("id") for t in added if isinstance(t, dict))
+    entries = (len(vocab) if isinstance(vocab, dict | list) else 0) + (
+        len(added) if isinstance(added, list) else 0)
+    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)
+           or not 0 <= i < entries + MAX_ID_SLACK]
+    if bad:
+        raise FormatError(f"{source}: token id {bad[0]!r} is out of range (expected 0.."
+                          f"{entries + MAX_ID_SLACK - 1} for {entries} entries); the vocabulary "
+                          "or added_tokens ids are corrupt", path=source, key="model.vocab")
+
+
+def _strings(source: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FormatError(f"{source}: {key} must be an array of strings", path=source, key=key)
+    return value
+
+
+def _numbers(source: str, key: str, value: Any, count: int, *, integers: bool) -> list[Any]:
+    kinds = (int,) if integers else (int, float)
+    if not isinstance(value, list) or len(value) != count or not all(
+            isinstance(v, kinds) and not isinstance(v, bool) for v in value):
+        what = "integers" if integers else "numbers"
+        raise FormatError(f"{source}: {key} must be an array of {count} {what} (one per token)",
+                          path=source, key=key)
+    return value
+
 
 # llama.cpp's token types (tokenizer.ggml.token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -102,16 +170,19 @@ class Tokenizer:
         """Number of ids, added tokens included."""
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
+    @property
+    def max_id(self) -> int:
+        """The largest id any token maps to (added tokens included); -1 when empty."""
+        return max(self.backend.get_vocab(with_added_tokens=True).values(), default=-1)
+
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text` (with BOS etc. when `add_special_tokens`).
 
         Raises:
             FormatError: when the vocabulary cannot represent `text` (no unknown token).
         """
-        try:
+        with _library("tokenizer", f"cannot encode {text[:40]!r}"):
             return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
-        except Exception as exc:  # tokenizers raises bare Exception
-            raise FormatError(f"tokenizer: cannot encode {text[:40]!r} ({exc})") from None
 
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True,
                      max_length: int | None = None) -> list[list[int]]:
@@ -197,13 +268,13 @@ class Tokenizer:
         """
         path = Path(path)
         try:
-            backend = _Backend.from_str(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise FormatError(f"{path}: cannot read tokenizer ({exc})", path=str(path)) from None
-        except Exception as exc:  # tokenizers raises bare Exception on bad JSON
-            raise FormatError(f"{path}: not a valid tokenizer.json ({exc})",
-                              path=str(path)) from None
-        return cls._from_hf(backend, dict(config or {}), {})
+        _check_tokenizer_json(text, str(path))
+        with _library(str(path), "not a valid tokenizer.json"):
+            backend = _Backend.from_str(text)
+            return cls._from_hf(backend, dict(config or {}), {})
 
     @classmethod
     def from_hf_dir(cls, path: str | os.PathLike[str]) -> Tokenizer:
@@ -227,7 +298,8 @@ class Tokenizer:
         if "chat_template" not in tok_config and template_file.is_file():
             tok_config["chat_template"] = template_file.read_text(encoding="utf-8")
         tokenizer = cls.from_file(directory / "tokenizer.json")
-        return cls._from_hf(tokenizer.backend, tok_config, {**model_config, **gen_config})
+        with _library(str(directory / "tokenizer.json"), "unusable tokenizer settings"):
+            return cls._from_hf(tokenizer.backend, tok_config, {**model_config, **gen_config})
 
     @classmethod
     def _from_hf(cls, backend: _Backend, config: dict[str, Any],
@@ -246,13 +318,17 @@ class Tokenizer:
             if found is None:
                 value = model_config.get(f"{name}_id")
                 found = value[0] if isinstance(value, list) and value else value
-            return int(found) if isinstance(found, int) else None
+            size = backend.get_vocab_size(with_added_tokens=True)
+            ok = isinstance(found, int) and not isinstance(found, bool) and 0 <= found < size
+            return int(found) if ok else None
 
         bos, eos, pad = special("bos_token"), special("eos_token"), special("pad_token")
         if bos is None:
             bos = _template_bos(backend)
         eos_list = model_config.get("eos_token_id")
-        extra = [int(i) for i in eos_list] if isinstance(eos_list, list) else []
+        extra = [i for i in eos_list if isinstance(i, int) and not isinstance(i, bool)
+                 and 0 <= i < backend.get_vocab_size(with_added_tokens=True)] if isinstance(
+            eos_list, list) else []
         add_bos = config.get("add_bos_token")
         if not isinstance(add_bos, bool):
             try:
@@ -268,7 +344,7 @@ class Tokenizer:
                    chat_template=template if isinstance(template, str) else None)
 
     @classmethod
-    def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+    def from_gguf_metadata(cls, metadata: Mapping[str, Any], source: str = "gguf") -> Tokenizer:
         """Build the tokenizer a GGUF file describes (``tokenizer.ggml.*`` keys).
 
         ``"gpt2"``: byte-level BPE from tokens and merges (pre-tokenizer regex by
@@ -278,24 +354,48 @@ class Tokenizer:
         continuations). Control tokens become special tokens; BOS/EOS, ``add_bos_token`` and
         ``tokenizer.chat_template`` come from the metadata.
 
+        Args:
+            metadata: the file's key/values.
+            source: the file, for error messages.
+
         Raises:
-            FormatError: a missing or inconsistent key, or an unsupported tokenizer model.
+            FormatError: a missing, mistyped or inconsistent key, an unsupported tokenizer
+                model, or token tables the `tokenizers` library refuses (its panics included).
         """
+        with _library(source, "the tokenizer.ggml.* tables are unusable"):
+            return cls._from_gguf(metadata, source)
+
+    @classmethod
+    def _from_gguf(cls, metadata: Mapping[str, Any], source: str) -> Tokenizer:
         kind = metadata.get("tokenizer.ggml.model")
         tokens = metadata.get("tokenizer.ggml.tokens")
         if not isinstance(tokens, list) or not tokens:
-            raise FormatError("gguf tokenizer: tokenizer.ggml.tokens is missing or empty")
-        types = list(metadata.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens))
-        if len(types) != len(tokens):
-            raise FormatError(f"gguf tokenizer: {len(types)} token types for {len(tokens)} "
-                              "tokens")
+            raise FormatError(f"{source}: tokenizer.ggml.tokens is missing or empty",
+                              path=source, key="tokenizer.ggml.tokens")
+        tokens = _strings(source, "tokenizer.ggml.tokens", tokens)
+        raw_types = metadata.get("tokenizer.ggml.token_type")
+        types = [NORMAL] * len(tokens) if raw_types is None else _numbers(
+            source, "tokenizer.ggml.token_type", raw_types, len(tokens), integers=True)
+        if "tokenizer.ggml.scores" in metadata:
+            _numbers(source, "tokenizer.ggml.scores", metadata["tokenizer.ggml.scores"],
+                     len(tokens), integers=False)
+        if "tokenizer.ggml.merges" in metadata:
+            _strings(source, "tokenizer.ggml.merges", metadata["tokenizer.ggml.merges"])
+        for key in ("tokenizer.ggml.pre", "tokenizer.chat_template"):
+            if key in metadata and not isinstance(metadata[key], str):
+                raise FormatError(f"{source}: {key} must be a string", path=source, key=key)
+        for key in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
+                    "tokenizer.ggml.add_space_prefix"):
+            if key in metadata and not isinstance(metadata[key], bool):
+                raise FormatError(f"{source}: {key} must be a bool", path=source, key=key)
 
         def ident(key: str) -> int | None:
             value = metadata.get(f"tokenizer.ggml.{key}")
             if isinstance(value, int) and not isinstance(value, bool):
                 if not 0 <= value < len(tokens):
-                    raise FormatError(f"gguf tokenizer: tokenizer.ggml.{key} = {value} is not "
-                                      f"a token id (vocabulary of {len(tokens)})")
+                    raise FormatError(f"{source}: tokenizer.ggml.{key} = {value} is not a token "
+                                      f"id (vocabulary of {len(tokens)})", path=source,
+                                      key=f"tokenizer.ggml.{key}")
                 return value
             return None
 
@@ -311,8 +411,9 @@ class Tokenizer:
             backend = _bert_backend(tokens, types, unk)
             default_bos = True
         else:
-            raise FormatError(f"gguf tokenizer: unsupported tokenizer.ggml.model {kind!r} "
-                              "(expected 'gpt2', 'llama' or 'bert')")
+            raise FormatError(f"{source}: unsupported tokenizer.ggml.model {kind!r} "
+                              "(expected 'gpt2', 'llama' or 'bert')", path=source,
+                              key="tokenizer.ggml.model")
         backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                     for t, k in zip(tokens, types, strict=True) if k == CONTROL])
         user = [AddedToken(t, special=False, normalized=False)

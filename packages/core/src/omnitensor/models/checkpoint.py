@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..io.weights import Array, QuantizedArray
+from .consistency import check_hparams, check_tensors, check_vocabulary, gguf_key
 
 __all__ = ["Checkpoint", "from_gguf", "from_hf_dir", "open_checkpoint"]
 
@@ -53,7 +54,19 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     from ..io.tokenizer import Tokenizer
 
     file = read_gguf(path)
-    hp = hparams_from_gguf(file.metadata, file.tensor_names)
+    source = str(path)
+    hp = hparams_from_gguf(file.metadata, file.tensor_names, source)
+    # the rules read the extras too (head size, sliding layers): they are merged first
+    hparams = dataclasses.asdict(hp) | _gguf_attention_hparams(hp.arch, file.metadata)
+    name_key = gguf_key(hp.arch)
+    check_hparams(hparams, source, name_key)
+    shapes = {n: file.tensor_info(n).shape for n in file.tensor_names}
+    check_tensors(hparams, {n: s for n, s in shapes.items() if n != "rope_freqs.weight"},
+                  source, name_key, causal=hp.arch != "bert")
+    tokenizer = None
+    if any(key.startswith("tokenizer.ggml.") for key in file.metadata):
+        tokenizer = Tokenizer.from_gguf_metadata(file.metadata, source)
+        check_vocabulary(tokenizer, shapes, source)
     weights: dict[str, Array | QuantizedArray] = {}
     names = file.tensor_names
     for i, name in enumerate(names):
@@ -62,14 +75,10 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
             loaded, QuantizedArray) else from_gguf_tensor(hp.arch, name, loaded, hp))
         if progress is not None:
             progress(name, i + 1, len(names))
-    tokenizer = None
-    if any(key.startswith("tokenizer.ggml.") for key in file.metadata):
-        tokenizer = Tokenizer.from_gguf_metadata(file.metadata)
     runtime: dict[str, Any] = {}
     pooling = file.metadata.get(f"{hp.arch}.pooling_type")
     if isinstance(pooling, int) and pooling in _GGUF_POOLING:
         runtime["pooling"] = _GGUF_POOLING[pooling]
-    hparams = dataclasses.asdict(hp) | _gguf_attention_hparams(hp.arch, file.metadata)
     if "rope_factors_long.weight" in weights:
         raise FormatError(f"{path}: LongRoPE scaling (rope_factors_long/short, Phi-3 128k) is "
                           "not supported", path=str(path))
@@ -83,35 +92,59 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
 
 def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     """Read a Hugging Face directory (config.json, safetensors, tokenizer.json)."""
-    from ..io.names import from_hf_tensor, hf_name_map, hparams_from_hf_config
+    from ..io.names import from_hf_tensor, hf_name_map, hf_tensor_shape, hparams_from_hf_config
     from ..io.safetensors import read_hf_dir
     from ..io.sentence_transformers import read_sentence_transformers
     from ..io.tokenizer import Tokenizer
 
     directory = read_hf_dir(path)
-    hp = hparams_from_hf_config(directory.config)
+    source = str(Path(path) / "config.json")
+    hp = hparams_from_hf_config(directory.config, source)
     mapping = hf_name_map(hp.arch, directory.weights.tensor_names)
+    hparams = dataclasses.asdict(hp) | _hf_extras(directory.config, source)
+    check_hparams(hparams, source)
+    shapes = {name: hf_tensor_shape(hp.arch, name, directory.weights.tensor_info(hf).shape)
+              for name, hf in mapping.items()}
+    check_tensors(hparams, shapes, source, causal=hp.arch != "bert")
+    tokenizer = Tokenizer.from_hf_dir(path) if directory.tokenizer_path is not None else None
+    if tokenizer is not None:
+        check_vocabulary(tokenizer, shapes, str(directory.tokenizer_path))
     weights: dict[str, Array | QuantizedArray] = {}
     for i, (name, hf_name) in enumerate(mapping.items()):
         value = np.asarray(directory.weights.load(hf_name))
         weights[name] = from_hf_tensor(hp.arch, name, value)
         if progress is not None:
             progress(name, i + 1, len(mapping))
-    tokenizer = Tokenizer.from_hf_dir(path) if directory.tokenizer_path is not None else None
-    runtime = dict(directory.config.get("omnitensor_runtime", {}))
-    runtime |= read_sentence_transformers(path)  # pooling, normalize, max_seq_length, prompts
-    hparams = dataclasses.asdict(hp)
+    runtime = directory.config.get("omnitensor_runtime", {})
+    if not isinstance(runtime, dict):
+        raise FormatError(f"{source}: omnitensor_runtime must be a JSON object (got "
+                          f"{runtime!r})", path=source, key="omnitensor_runtime")
+    runtime = dict(runtime) | read_sentence_transformers(path)  # pooling, normalize, prompts
+    return Checkpoint(hp.arch, hparams, weights, tokenizer, Path(path), runtime)
+
+
+def _hf_extras(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """Rope scaling, head size and attention settings of a ``config.json``."""
+    hparams: dict[str, Any] = {}
     # NOTE: transformers >= 5 writes the scaling rule into "rope_parameters" (io.names reads
     # the base from there too) instead of a top-level "rope_scaling".
-    rope = directory.config.get("rope_parameters")
+    rope = config.get("rope_parameters")
     if isinstance(rope, dict) and rope.get("rope_type", "default") != "default":
         hparams["rope_scaling"] = rope
-    if directory.config.get("rope_scaling"):
-        hparams["rope_scaling"] = directory.config["rope_scaling"]
-    if directory.config.get("head_dim"):
-        hparams["head_dim"] = int(directory.config["head_dim"])
-    hparams |= _attention_hparams(directory.config)
-    return Checkpoint(hp.arch, hparams, weights, tokenizer, Path(path), runtime)
+    if config.get("rope_scaling"):
+        hparams["rope_scaling"] = config["rope_scaling"]
+    if hparams.get("rope_scaling") is not None and not isinstance(hparams["rope_scaling"], dict):
+        raise FormatError(f"{source}: rope_scaling must be a JSON object (got "
+                          f"{hparams['rope_scaling']!r})", path=source, key="rope_scaling")
+    if config.get("head_dim"):
+        hparams["head_dim"] = config["head_dim"]
+    try:
+        hparams |= _attention_hparams(config)
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        # NOTE: the sub-objects of rope_parameters / layer_types come from the file as is
+        raise FormatError(f"{source}: malformed attention settings (rope_parameters, "
+                          f"layer_types, sliding_window): {exc}", path=source) from None
+    return hparams
 
 
 def _attention_hparams(config: dict[str, Any]) -> dict[str, Any]:

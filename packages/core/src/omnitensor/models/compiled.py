@@ -28,6 +28,7 @@ from ..tensor.interop import from_numpy
 from ..tensor.jit import compile as compile_fn
 from ..tensor.tensor import Tensor
 from .checkpoint import Checkpoint
+from .consistency import check_hparams
 from .spec import ModelSpec
 from .steps import StepContext, run_steps
 
@@ -57,6 +58,10 @@ class CompiledModel:
         self.spec = spec
         self.arch = checkpoint.arch
         self.hparams: dict[str, Any] = {**spec.hparams, **checkpoint.hparams}
+        # the spec's defaults and an in-memory checkpoint meet the same rules as files
+        source = f"{checkpoint.path or 'checkpoint'} with spec {spec.source}"
+        check_hparams(self.hparams, source)
+        spec.expanded_steps(self.hparams)
         self.tokenizer = checkpoint.tokenizer
         self.backend = backend
         self.runtime: dict[str, Any] = {**spec.runtime, **checkpoint.runtime}

@@ -8,16 +8,17 @@ an unknown kind fails when it is loaded, listing the known ones.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import functional as F
 from ..dtypes import int32
-from ..errors import FormatError, ShapeError
+from ..errors import FormatError, ShapeError, SpecError
 from ..ir.types import QTensorType
 from ..tensor.creation import arange
 from ..tensor.tensor import Tensor
+from .spec import repeat_count
 
 __all__ = ["StepContext", "known_steps", "run_steps", "step"]
 
@@ -141,19 +142,46 @@ def run_steps(ctx: StepContext, steps: tuple[Mapping[str, Any], ...] | list[Any]
         where = f"{prefix}{i}"
         if "repeat" in spec_step:
             count = spec_step["repeat"]
-            layers = int(ctx.hp(count) if isinstance(count, str) else count)
+            if isinstance(count, str):
+                ctx.hp(count)  # a missing hyper-parameter is named as such
+            layers = repeat_count(ctx.spec_source, count, ctx.hparams, where)
             for layer in range(layers):
                 ctx.layer = layer
                 run_steps(ctx, spec_step["steps"], f"{where}.")
             continue
         kind = spec_step["op"]
         try:
-            _STEPS[kind](ctx, spec_step)
+            _STEPS[kind](ctx, _Fields(spec_step, ctx.spec_source, f"step {where} ({kind})"))
         except (FormatError, ShapeError) as error:
             if "step" in error.fields:  # already located by an inner run_steps
                 raise
             label = f"step {where} ({kind}" + (f", layer {ctx.layer})" if prefix else ")")
             raise _located(error, ctx.spec_source, label, where) from error
+
+
+class _Fields(Mapping[str, Any]):
+    """A step's fields as its kind reads them: a missing required field is a `SpecError`."""
+
+    def __init__(self, step: Mapping[str, Any], source: str, label: str) -> None:
+        self._step, self._source, self._label = step, source, label
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._step:
+            raise SpecError(f"{self._source}: {self._label} needs field {key!r} (it has "
+                            f"{', '.join(sorted(self._step))})", path=self._source)
+        return self._step[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._step.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._step
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._step)
+
+    def __len__(self) -> int:
+        return len(self._step)
 
 
 def _located(error: FormatError | ShapeError, source: str, label: str,

@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OmnitensorError, ShapeError
+from ..errors import GenerationArgumentError, OmnitensorError, ShapeError
 from ..models.compiled import bucket
 from ..tensor.interop import from_numpy
 from ..tensor.jit import compile as compile_fn
 from ..tensor.tensor import Tensor
-from .sampling import sample
+from .sampling import check_sampling, sample
 from .textstream import TextStream
 
 __all__ = ["BatchEngine", "Event", "Handle", "SamplingParams"]
@@ -71,19 +71,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
 
     def check(self) -> None:
-        """Raise OmnitensorError (a ValueError) naming the first bad field."""
-        if self.max_new_tokens < 1:
-            raise _BadParam(f"max_new_tokens must be >= 1 (got {self.max_new_tokens})")
-        if not self.temperature >= 0:  # also rejects NaN
-            raise _BadParam(f"temperature must be >= 0 (got {self.temperature})")
-        if self.top_k is not None and self.top_k < 1:
-            raise _BadParam(f"top_k must be >= 1 (got {self.top_k})")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise _BadParam(f"top_p must be in (0, 1] (got {self.top_p})")
-
-
-class _BadParam(OmnitensorError, ValueError):
-    pass
+        """Raise `GenerationArgumentError` (a ValueError) naming the first bad field."""
+        check_sampling("request", max_new_tokens=self.max_new_tokens,
+                       temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                       seed=self.seed, stop=self.stop)
 
 
 @dataclass
@@ -179,13 +170,13 @@ class BatchEngine:
     def __init__(self, lm: Any, *, max_batch: int = 8, capacity: int | None = None,
                  lock: threading.Lock | None = None) -> None:
         if max_batch < 1:
-            raise _BadParam(f"max_batch must be >= 1 (got {max_batch})")
+            raise GenerationArgumentError(f"max_batch must be >= 1 (got {max_batch})")
         self.lm = lm
         self.model = lm.model
         self.max_batch = max_batch
         self.capacity = int(capacity or self.model.context_length)
         if not 1 <= self.capacity <= self.model.context_length:
-            raise _BadParam(f"capacity must be in 1..{self.model.context_length} "
+            raise GenerationArgumentError(f"capacity must be in 1..{self.model.context_length} "
                             f"(got {capacity})")
         self._eos = set(lm.tokenizer.eos_ids)
         self._rows: list[_Row | None] = [None] * max_batch
@@ -220,7 +211,7 @@ class BatchEngine:
         params.check()
         ids = [int(t) for t in prompt]
         if not ids:
-            raise _BadParam("the prompt encodes to no tokens")
+            raise GenerationArgumentError("the prompt encodes to no tokens")
         room = self.limit(len(ids))
         if len(ids) > self.capacity or params.max_new_tokens > room:
             raise ShapeError(

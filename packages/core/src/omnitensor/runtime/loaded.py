@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OmnitensorError, ShapeError
+from ..errors import FormatError, GenerationArgumentError, OmnitensorError, ShapeError
 from ..models.compiled import CompiledModel, bucket
-from .sampling import sample
+from .sampling import check_sampling, sample
 
 __all__ = ["CausalLM", "Encoder", "Generation", "LoadedModel"]
 
@@ -89,10 +89,20 @@ class CausalLM(LoadedModel):
     def stream(self, prompt: str | Sequence[dict[str, str]], max_new_tokens: int = 64, *,
                temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                seed: int = 0, stop: Sequence[str] = ()) -> Iterator[str]:
-        """Yield the text of each new token as it is generated (one prompt)."""
-        for piece, _ in self._generate([prompt], max_new_tokens, temperature, top_k, top_p,
-                                       seed, stop, stream=True):
-            yield piece
+        """Yield the text of each new token as it is generated (one prompt).
+
+        The arguments are checked at the call, not at the first ``next``. A consumer may stop
+        early (break, an exception, KeyboardInterrupt): each call owns its cache, so the model
+        stays usable and the next call gives the same text as a fresh model.
+
+        Raises:
+            GenerationArgumentError: a bad argument (see `generate`).
+        """
+        check_sampling("stream", max_new_tokens=max_new_tokens, temperature=temperature,
+                       top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+        pieces = self._generate([prompt], max_new_tokens, temperature, top_k, top_p, seed, stop,
+                                stream=True)
+        return (piece for piece, _ in pieces)
 
     def generate(self, prompt: str | Sequence[dict[str, str]] | Sequence[str],
                  max_new_tokens: int = 64, *, temperature: float = 0.0,
@@ -111,6 +121,9 @@ class CausalLM(LoadedModel):
             stop: strings that end generation when produced.
 
         Raises:
+            GenerationArgumentError: `max_new_tokens` not an integer >= 1, `temperature` not a
+                finite number >= 0, `top_k`/`top_p`/`seed`/`stop`/`prompt` of the wrong kind
+                or out of range (a ValueError).
             ShapeError: when prompt plus `max_new_tokens` exceeds the context length.
         """
         batched = isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], str)
@@ -121,16 +134,31 @@ class CausalLM(LoadedModel):
         return gens if batched else gens[0]
 
     def _ids(self, prompt: Any) -> list[int]:
-        text = prompt if isinstance(prompt, str) else self.apply_chat_template(prompt)
+        if isinstance(prompt, str):
+            text = prompt
+        elif isinstance(prompt, Sequence) and prompt and all(
+                isinstance(m, dict) for m in prompt):
+            text = self.apply_chat_template(prompt)
+        else:
+            raise GenerationArgumentError(
+                f"generate: prompt must be a string, a list of strings or chat messages "
+                f"([{{'role': ..., 'content': ...}}]) (got {prompt!r:.80})", argument="prompt")
         ids: list[int] = list(self.tokenizer.encode(text))
         if not ids:
             raise OmnitensorError("generate: the prompt encodes to no tokens")
+        rows = int(self.model.hparams.get("vocab_size") or 0)
+        if rows and max(ids) >= rows:
+            raise FormatError(f"generate: the tokenizer gave token id {max(ids)} for this prompt "
+                              f"but the model has {rows} rows of embeddings; the tokenizer does "
+                              "not belong to these weights")
         return ids
 
     def _generate(self, prompts: list[Any], max_new_tokens: int, temperature: float,
                   top_k: int | None, top_p: float | None, seed: int, stop: Sequence[str], *,
                   stream: bool) -> Iterator[tuple[str, Generation]]:
         model = self.model
+        check_sampling("generate", max_new_tokens=max_new_tokens, temperature=temperature,
+                       top_k=top_k, top_p=top_p, seed=seed, stop=stop)
         ids = [self._ids(p) for p in prompts]
         b, longest = len(ids), max(len(x) for x in ids)
         need = longest + max_new_tokens
