@@ -208,7 +208,7 @@ def _mutate_tree(rng: random.Random, tree: Any, *, max_edits: int = 3) -> tuple[
     for _ in range(rng.randint(1, max_edits)):
         paths: list[tuple[Any, Any, str]] = []
 
-        def walk(node: Any, where: str) -> None:
+        def walk(node: Any, where: str, paths: list[tuple[Any, Any, str]] = paths) -> None:
             if isinstance(node, dict):
                 for key in list(node)[:400]:
                     paths.append((node, key, f"{where}.{key}"))
@@ -560,6 +560,7 @@ def _worker(conn: Any, fmt: str, seed: int, workdir: str, cap: int) -> None:
             conn.send(Outcome(index, "skip", type(exc).__name__, str(exc)[:200], 0, 0, 0))
             continue
         size = _size(path)
+        conn.send(("started", detail))  # the parent keeps it in case this case never returns
         _reset_peak()
         base = _status("VmRSS")
         start = time.perf_counter()
@@ -613,7 +614,7 @@ def campaign(fmt: str, *, cases: int, seed: int, time_limit: float, start: int =
                 outcome = Outcome(index, "crash", f"exit {proc.exitcode}", "worker died", 0, 0, 0)
                 ready = True
             if outcome is None:
-                outcome = Outcome(index, "timeout", f">{time_limit:g}s", "", 
+                outcome = Outcome(index, "timeout", f">{time_limit:g}s", "",
                                   time.perf_counter() - began, 0, 0)
             if outcome.kind in ("timeout", "crash"):
                 proc.kill()

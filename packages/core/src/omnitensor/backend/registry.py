@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import pluggy
@@ -28,6 +27,17 @@ from ..errors import BackendNotInstalledError, BackendUnavailableError, PluginEr
 from . import hookspecs
 from .contract import CONTRACT_VERSION, Backend
 from .hookspecs import PROJECT_NAME, BackendSpec, FunctionalAlternative
+from .isolation import PluginFailure, call_plugin, describe, probe_timeout
+from .records import BackendEntry as _Entry
+from .records import BackendInfo
+from .records import PluginRecord as _Plugin
+from .rules import (
+    FIRST_PARTY,
+    check_backend,
+    check_specs,
+    distribution_for,
+    reserved_name_owner,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -48,85 +58,15 @@ logger = logging.getLogger(__name__)
 #: The entry-point group every backend distribution declares.
 ENTRY_POINT_GROUP: Final = "omnitensor.backends"
 
-# NOTE: names for error-message hints only ("did you mean", what to pip install). Selection and
-# discovery never consult them: first-party backends register through entry points like anyone.
-_WELL_KNOWN: Final = ("cpu", "cuda", "ref", "wgpu")
+# NOTE: first-party names serve error-message hints ("did you mean", what to pip install) and
+# are reserved for their own distributions (`rules`); selection never prefers them: first-party
+# backends register through entry points like anyone.
+_WELL_KNOWN: Final = FIRST_PARTY
 _INSTALL_HINT: Final = (
     "pip install omnitensor-backend-cpu (portable, fast) or omnitensor-backend-ref (reference); "
     "for GPUs omnitensor-backend-cuda or omnitensor-backend-wgpu (from a checkout of the "
     "repository: pip install ./packages/backend-cpu, and so on)"
 )
-
-
-def distribution_for(name: str) -> str:
-    """The conventional distribution name of backend `name` (``omnitensor-backend-<name>``)."""
-    return f"omnitensor-backend-{name}"
-
-
-@dataclass(frozen=True)
-class BackendInfo:
-    """One row of `list_backends`: what is installed and whether it can run.
-
-    Attributes:
-        name: the backend name (or the entry-point name of a plugin that failed to load).
-        plugin: the entry-point (or in-process) name of the plugin providing it.
-        value: what the entry point points at (``"omnitensor_backend_ref.plugin"``).
-        distribution: the distribution providing it, when known.
-        version: that distribution's version, when known.
-        contract_version: the contract version the plugin declared (None if it never said).
-        contract_ok: the declared version matches `CONTRACT_VERSION`.
-        available: the backend can be selected here.
-        reason: why it cannot (None when available).
-        priority: its priority after the probe (None when unavailable).
-        devices: facts from the spec's ``devices`` callable (empty when unavailable).
-        selected: it is the backend unscoped code uses now (``OMNITENSOR_BACKEND`` or default).
-    """
-
-    name: str
-    plugin: str
-    value: str
-    distribution: str | None
-    version: str | None
-    contract_version: int | None
-    contract_ok: bool
-    available: bool
-    reason: str | None
-    priority: int | None
-    devices: Mapping[str, Any] | Sequence[str]
-    selected: bool
-
-
-@dataclass
-class _Plugin:
-    name: str
-    value: str
-    distribution: str | None
-    version: str | None
-    obj: object | None = None
-    error: str | None = None
-    contract_ok: bool = True
-    contract_version: int | None = None
-
-    @property
-    def active(self) -> bool:
-        """Registered, loaded, compatible and not broken: its hooks may be called."""
-        return self.obj is not None and self.error is None and self.contract_ok
-
-
-@dataclass
-class _Entry:
-    name: str
-    plugin: _Plugin
-    spec: BackendSpec | None
-    reason: str | None = None  # static: set at registration or when the factory failed
-    probed: bool = False
-    probe_reason: str | None = None
-    priority: int | None = None
-
-    @property
-    def distribution(self) -> str | None:
-        spec_dist = self.spec.distribution if self.spec is not None else None
-        return spec_dist or self.plugin.distribution
 
 
 _NO_IMPL: Final = object()
@@ -138,10 +78,6 @@ _SCOPE: contextvars.ContextVar[tuple[str, Backend] | None] = contextvars.Context
 def _env_names(variable: str) -> list[str]:
     raw = os.environ.get(variable, "")
     return [part.strip() for part in raw.split(",") if part.strip()]
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -202,9 +138,10 @@ class _Registry:
         if self._disabled(plugin):
             return
         try:
-            obj = ep.load()
-        except Exception as exc:  # NOTE: any import-time failure is the plugin's reason
-            plugin.error = f"import of {ep.value} failed: {_describe(exc)}"
+            # NOTE: any import-time failure, SystemExit included, is the plugin's reason
+            obj = call_plugin(ep.load)
+        except PluginFailure as failure:
+            plugin.error = f"import of {ep.value} failed: {failure.reason}"
             logger.info("plugin %r unavailable: %s", ep.name, plugin.error)
             self._add_failed(plugin)
             return
@@ -246,7 +183,7 @@ class _Registry:
         try:
             self._pm.register(obj, name=plugin.name)
         except Exception as exc:  # pluggy.PluginValidationError and friends
-            plugin.error = f"does not follow the omnitensor hook specs: {_describe(exc)}"
+            plugin.error = f"does not follow the omnitensor hook specs: {describe(exc)}"
             plugin.obj = None
             self._add_failed(plugin)
             return
@@ -267,9 +204,10 @@ class _Registry:
             return
         try:
             result = self._call_one(plugin, "omnitensor_register_backends")
-            specs = [] if result is _NO_IMPL else self._check_specs(result)
-        except Exception as exc:
-            plugin.error = f"omnitensor_register_backends failed: {_describe(exc)}"
+            specs = [] if result is _NO_IMPL else check_specs(result)
+        except (PluginFailure, TypeError) as exc:
+            reason = exc.reason if isinstance(exc, PluginFailure) else str(exc)
+            plugin.error = f"omnitensor_register_backends failed: {reason}"
             self._unregister(plugin)
             self._add_failed(plugin)
             return
@@ -284,39 +222,56 @@ class _Registry:
         if not specs and plugin.error is not None:
             self._add_failed(plugin)
         for spec in specs:
-            entry = _Entry(spec.name, plugin, spec)
-            if spec.name in self._entries and self._entries[spec.name].plugin is not plugin:
-                owner = self._entries[spec.name].plugin.name
-                entry.reason = f"name {spec.name!r} already registered by plugin {owner!r}"
-                self._shadowed.append(entry)
-            else:
-                self._entries[spec.name] = entry
+            self._claim(plugin, _Entry(spec.name, plugin, spec))
 
-    def _check_specs(self, result: Any) -> list[BackendSpec]:
-        if not isinstance(result, (list, tuple)) or not all(
-            isinstance(s, BackendSpec) for s in result
-        ):
-            raise TypeError(f"returned {result!r} (expected a list of omnitensor BackendSpec)")
-        return list(result)
+    def _claim(self, plugin: _Plugin, entry: _Entry) -> None:
+        """Give `entry` its name: first registrant wins; first-party names stay their owners'.
+
+        A refused claim is kept (listed with its reason by `list_backends`) and logged as an
+        error: two plugins fighting over a name is a broken installation.
+        """
+        name = entry.name
+        owner = reserved_name_owner(name, entry.distribution,
+                                    in_process=plugin.value.startswith("in-process "))
+        if owner is not None:
+            entry.reason = (f"name {name!r} is reserved for {owner}; plugin {plugin.name!r} "
+                            f"({entry.distribution or plugin.value}) may not register it")
+        elif name in self._entries and self._entries[name].plugin is not plugin:
+            first = self._entries[name].plugin
+            if first.error is not None and first.obj is None and self._entries[name].spec is None:
+                # a placeholder of a plugin that failed to load under this entry-point name
+                self._entries[name] = entry
+                return
+            entry.reason = (f"name {name!r} already registered by plugin {first.name!r} "
+                            f"({first.distribution or first.value}); uninstall one of them")
+        else:
+            self._entries[name] = entry
+            return
+        self._shadowed.append(entry)
+        logger.error("backend %r of plugin %r refused: %s", name, plugin.name, entry.reason)
 
     def _unregister(self, plugin: _Plugin) -> None:
         if plugin.obj is not None and self._pm.is_registered(plugin.obj):
             self._pm.unregister(plugin.obj)
 
     def _call_one(self, plugin: _Plugin, hook: str, **kwargs: Any) -> Any:
-        """Call one plugin's implementation of `hook` (isolation: one plugin at a time)."""
+        """Call one plugin's implementation of `hook`, isolated (`isolation.call_plugin`).
+
+        Raises:
+            PluginFailure: the hook raised anything but KeyboardInterrupt.
+        """
         caller = getattr(self._pm.hook, hook)
         for impl in caller.get_hookimpls():
             if impl.plugin_name == plugin.name:
-                return impl.function(*(kwargs[arg] for arg in impl.argnames))
+                return call_plugin(impl.function, *(kwargs[arg] for arg in impl.argnames))
         return _NO_IMPL
 
     def _active_plugins(self) -> list[_Plugin]:
         self.discover()
         return [p for p in self._plugins.values() if p.active]
 
-    def _hook_failed(self, plugin: _Plugin, hook: str, exc: BaseException) -> None:
-        plugin.error = f"{hook} failed: {_describe(exc)}"
+    def _hook_failed(self, plugin: _Plugin, hook: str, reason: str) -> None:
+        plugin.error = f"{hook} failed: {reason}"
         logger.error("plugin %r disabled: %s", plugin.name, plugin.error)
         self._unregister(plugin)
 
@@ -337,17 +292,24 @@ class _Registry:
         return entry.probe_reason
 
     def _probe(self, entry: _Entry, spec: BackendSpec) -> str | None:
+        """Run the probe and the priority callable, each under `isolation.probe_timeout`."""
+        timeout = probe_timeout()
         try:
-            reason = spec.probe() if spec.probe is not None else None
-        except Exception as exc:
-            return f"probe failed: {_describe(exc)}"
+            reason = call_plugin(spec.probe, timeout=timeout) if spec.probe is not None else None
+        except PluginFailure as failure:
+            if failure.timed_out:
+                logger.warning("backend %r: probe %s", entry.name, failure.reason)
+            return f"probe failed: {failure.reason}"
         if reason is not None:
             return str(reason)
         try:
-            priority = spec.priority() if callable(spec.priority) else spec.priority
-            entry.priority = int(priority)
-        except Exception as exc:
-            return f"priority failed: {_describe(exc)}"
+            priority = (call_plugin(spec.priority, timeout=timeout) if callable(spec.priority)
+                        else spec.priority)
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise PluginFailure(f"returned {priority!r} (expected an int)")
+            entry.priority = priority
+        except PluginFailure as failure:
+            return f"priority failed: {failure.reason}"
         return None
 
     def _not_installed(self, name: str, source: str) -> BackendNotInstalledError:
@@ -485,21 +447,37 @@ class _Registry:
             entry = self._entries[name]
             assert entry.spec is not None  # callers checked availability
             try:
-                created = entry.spec.factory()
-            except Exception as exc:
-                entry.reason = f"factory failed: {_describe(exc)}"
+                created = check_backend(call_plugin(entry.spec.factory), name)
+            except PluginFailure as failure:
+                # NOTE: the backend is unusable from now on; unscoped selection moves on
+                entry.reason = f"factory failed: {failure.reason}"
                 self._resolved.clear()
-                raise self._unavailable(name, entry.reason, "") from exc
-            if not isinstance(created, Backend):
-                raise PluginError(
-                    f"backend {name!r}: factory returned {type(created).__name__} (expected an "
-                    f"omnitensor.backend.Backend); fix plugin {entry.plugin.name!r}",
-                    plugin=entry.plugin.name,
-                    backend=name,
-                )
+                raise self._unavailable(name, entry.reason, "") from failure
             backend = self._wrap(created)
             self._instances[name] = backend
             return backend
+
+    def default_instance(self) -> Backend:
+        """The unscoped backend; when its factory fails, the next of the order takes over.
+
+        The failed backend keeps the factory's failure as its reason (``omnitensor backends``
+        shows it) and the switch is logged as a warning naming both backends.
+        """
+        tried: list[str] = []
+        while True:
+            name = self.resolve_env()
+            try:
+                return self.instance(name)
+            except BackendUnavailableError as error:
+                if name in tried or self._entries[name].reason is None:
+                    raise
+                tried.append(name)
+                try:
+                    after = self.resolve_env()
+                except BackendUnavailableError:
+                    raise error from None
+                logger.warning("backend %r could not be created (%s); using %r, the next "
+                               "backend of the order", name, self._entries[name].reason, after)
 
     def _wrap(self, backend: Backend) -> Backend:
         for plugin in self._active_plugins():
@@ -507,10 +485,9 @@ class _Registry:
                 wrapped = self._call_one(plugin, "omnitensor_wrap_backend", backend=backend)
                 if wrapped is _NO_IMPL or wrapped is None:
                     continue
-                if not isinstance(wrapped, Backend):
-                    raise TypeError(f"returned {wrapped!r} (expected a Backend or None)")
-            except Exception as exc:
-                self._hook_failed(plugin, "omnitensor_wrap_backend", exc)
+                wrapped = check_backend(wrapped, backend.name)
+            except PluginFailure as failure:
+                self._hook_failed(plugin, "omnitensor_wrap_backend", failure.reason)
                 continue
             backend = wrapped
         return backend
@@ -527,10 +504,13 @@ class _Registry:
                         items = self._call_one(plugin, "omnitensor_register_functionals")
                         if items is _NO_IMPL:
                             continue
-                        if not all(isinstance(i, FunctionalAlternative) for i in items):
-                            raise TypeError(f"returned {items!r} (expected FunctionalAlternative)")
-                    except Exception as exc:
-                        self._hook_failed(plugin, "omnitensor_register_functionals", exc)
+                        if not isinstance(items, list | tuple) or not all(
+                                isinstance(i, FunctionalAlternative) for i in items):
+                            raise PluginFailure(f"returned {items!r:.80} (expected a list of "
+                                                "FunctionalAlternative)")
+                    except PluginFailure as failure:
+                        self._hook_failed(plugin, "omnitensor_register_functionals",
+                                          failure.reason)
                         continue
                     found.extend(items)
                 self._functionals = found
@@ -548,9 +528,11 @@ class _Registry:
                         )
                         if items is _NO_IMPL:
                             continue
+                        if not isinstance(items, list | tuple):
+                            raise PluginFailure(f"returned {items!r:.80} (expected a list)")
                         found.extend(items)
-                    except Exception as exc:
-                        self._hook_failed(plugin, "omnitensor_register_passes", exc)
+                    except PluginFailure as failure:
+                        self._hook_failed(plugin, "omnitensor_register_passes", failure.reason)
                 self._passes[backend_name] = found
             return list(self._passes[backend_name])
 
@@ -562,12 +544,12 @@ class _Registry:
                     plugin, "omnitensor_prepare_weight",
                     backend=backend, name=name, array=array, type=type,
                 )
-            except Exception as exc:
+            except PluginFailure as failure:
                 raise PluginError(
                     f"{name}: omnitensor_prepare_weight of plugin {plugin.name!r} failed "
-                    f"({_describe(exc)}); fix or disable it with OMNITENSOR_DISABLE_PLUGINS",
+                    f"({failure.reason}); fix or disable it with OMNITENSOR_DISABLE_PLUGINS",
                     plugin=plugin.name,
-                ) from exc
+                ) from failure
             if result is not _NO_IMPL and result is not None:
                 return result
         return None
@@ -587,9 +569,9 @@ class _Registry:
             devices: Mapping[str, Any] | Sequence[str] = {}
             if reason is None and entry.spec is not None and entry.spec.devices is not None:
                 try:
-                    devices = entry.spec.devices()
-                except Exception as exc:
-                    devices = {"error": _describe(exc)}
+                    devices = call_plugin(entry.spec.devices, timeout=probe_timeout())
+                except PluginFailure as failure:
+                    devices = {"error": failure.reason}
             rows.append(BackendInfo(
                 name=entry.name,
                 plugin=entry.plugin.name,
@@ -613,9 +595,9 @@ class _Registry:
         """Close every created backend (errors are logged, never raised)."""
         for name, backend in list(self._instances.items()):
             try:
-                backend.close()
-            except Exception:
-                logger.exception("closing backend %r failed", name)
+                call_plugin(backend.close)
+            except PluginFailure as failure:
+                logger.error("closing backend %r failed: %s", name, failure.reason)
         self._instances.clear()
 
 
@@ -669,7 +651,7 @@ def get_backend(name: str | None = None) -> Backend:
         scoped = _SCOPE.get()
         if scoped is not None:
             return scoped[1]
-        return registry.instance(registry.resolve_env())
+        return registry.default_instance()
     return registry.instance(registry.select([name], ""))
 
 

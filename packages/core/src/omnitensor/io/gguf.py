@@ -40,6 +40,9 @@ SUPPORTED_VERSIONS: Final = (2, 3)
 MAX_DIMS: Final = 4  # GGML_MAX_DIMS
 DEFAULT_ALIGNMENT: Final = 32
 _MAX_NESTING: Final = 4  # arrays of arrays; llama.cpp itself writes none
+# Elements of arrays of arrays in one file: each becomes a Python list (~60 bytes for a 12-byte
+# header), so millions of empty nested arrays would cost 5x the file and seconds to parse.
+_MAX_NESTED_ELEMENTS: Final = 1 << 16
 
 # GGUF metadata value types (gguf_type in ggml/gguf.h): id -> (name, struct format or "").
 _VALUE_TYPES: Final[dict[int, tuple[str, str]]] = {
@@ -107,6 +110,7 @@ class _Cursor:
         self.path = path
         self.size = size
         self.pos = 0
+        self.nested = 0  # elements of arrays of arrays read so far
 
     def error(self, problem: str, offset: int | None = None) -> FormatError:
         offset = self.pos if offset is None else offset
@@ -173,6 +177,10 @@ def _read_value(cur: _Cursor, type_id: int, key: str, depth: int = 0) -> tuple[A
         return values, f"array[{sub_name}]"
     if sub_name == "string":
         return [cur.string(f"element of {key!r}") for _ in range(count)], "array[string]"
+    cur.nested += count
+    if cur.nested > _MAX_NESTED_ELEMENTS:
+        raise cur.error(f"metadata {key!r}: more than {_MAX_NESTED_ELEMENTS} elements in arrays "
+                        "of arrays (llama.cpp writes none)", count_at)
     values = [_read_value(cur, sub_id, key, depth + 1)[0] for _ in range(count)]
     return values, "array[array]"
 

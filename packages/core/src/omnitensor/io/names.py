@@ -175,7 +175,7 @@ def arch_from_hf_config(config: Mapping[str, Any]) -> str:
         FormatError: for a model type with no mapping.
     """
     model_type = config.get("model_type")
-    if model_type not in _HF_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in _HF_MODEL_TYPES:
         raise FormatError(f"names: unsupported model_type {model_type!r} (expected one of "
                           f"{', '.join(_HF_MODEL_TYPES)})")
     return _HF_MODEL_TYPES[str(model_type)]

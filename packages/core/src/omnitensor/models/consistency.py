@@ -80,14 +80,14 @@ def check_hparams(hparams: Mapping[str, Any], source: str, name: KeyName = hf_ke
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise _fail(source, key, f"{name(key)} = {value!r} is out of range "
                         f"(expected an integer in {low}..{high})", "fix the value in the file")
-    for key, high in _POSITIVE.items():
+    for key, bound in _POSITIVE.items():
         value = hparams.get(key)
         if value is None:
             continue
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or not 0 < value < high:
+        if not ok or not math.isfinite(value) or not 0 < value < bound:
             raise _fail(source, key, f"{name(key)} = {value!r} must be a finite number in "
-                        f"(0, {high:g})", "fix the value in the file")
+                        f"(0, {bound:g})", "fix the value in the file")
     heads, kv = hparams.get("head_count"), hparams.get("head_count_kv")
     width, head_dim = hparams.get("embedding_length"), hparams.get("head_dim")
     if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
@@ -163,10 +163,10 @@ def check_tensors(hparams: Mapping[str, Any], shapes: Mapping[str, tuple[int, ..
     rows = {"attn_q": heads, "attn_k": kv, "attn_v": kv}
     for tensor, shape in shapes.items():
         part = tensor.split(".")[2] if _LAYER.match(tensor) else None
-        if part in rows and tensor.endswith(".weight") and isinstance(rows[part], int):
+        count = rows.get(part or "")
+        if isinstance(count, int) and tensor.endswith(".weight") and shape[0] != count * head_dim:
             key = "head_count" if part == "attn_q" else "head_count_kv"
-            if shape[0] != rows[part] * head_dim:
-                raise conflict(key, tensor, f"expected {rows[part]} heads x {head_dim} rows")
+            raise conflict(key, tensor, f"expected {count} heads x {head_dim} rows")
         if part == "attn_qkv" and tensor.endswith(".weight") and isinstance(heads, int) \
                 and isinstance(kv, int) and shape[0] != (heads + 2 * kv) * head_dim:
             raise conflict("head_count", tensor, f"expected ({heads} + 2 x {kv}) heads x "

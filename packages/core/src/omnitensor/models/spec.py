@@ -76,6 +76,9 @@ class ModelSpec:
             raise FormatError(f"{source}: kind {data['kind']!r} is not one of {KINDS}", path=source)
         if not isinstance(data["forward"], list) or not data["forward"]:
             raise FormatError(f"{source}: forward must be a non-empty list of steps", path=source)
+        if len(data["forward"]) > MAX_STEPS:
+            raise SpecError(f"{source}: forward has {len(data['forward'])} steps (at most "
+                            f"{MAX_STEPS})", path=source)
         for key in ("hparams", "runtime"):
             if not isinstance(data.get(key, {}), Mapping):
                 raise SpecError(f"{source}: {key} must be a JSON object (got "
@@ -146,12 +149,12 @@ class ModelSpec:
         if "output" not in step:
             raise SpecError(f"{self.source}: step {where} ({kind}) has no 'output'",
                             path=self.source, step=where)
-        for field in _NAME_FIELDS:
-            if field in step and (not isinstance(step[field], str) or not step[field]):
-                raise bad(field, "a non-empty string")
-        for field in _FLAG_FIELDS:
-            if field in step and not isinstance(step[field], bool):
-                raise bad(field, "true or false")
+        for name in _NAME_FIELDS:
+            if name in step and (not isinstance(step[name], str) or not step[name]):
+                raise bad(name, "a non-empty string")
+        for name in _FLAG_FIELDS:
+            if name in step and not isinstance(step[name], bool):
+                raise bad(name, "true or false")
         if "inputs" in step and (not isinstance(step["inputs"], list) or not step["inputs"]
                                  or not all(isinstance(n, str) and n for n in step["inputs"])):
             raise bad("inputs", "a non-empty list of value names")
