@@ -93,3 +93,52 @@ def test_capabilities_and_support_come_from_the_lowering_table(backend: CpuBacke
     fn = b.build([b.emit("dot_general", x, x, contracting=((1,), (0,)))])
     assert backend.supports(fn.body[0]) is None
     assert backend.compile(fn).plan.kinds == ["blas"]
+
+
+def test_one_plan_from_two_threads_never_shares_scratch(backend: CpuBackend) -> None:
+    """Concurrent runs of one plan get private arenas and the single-threaded answers."""
+    import threading
+
+    fn = _mlp(n=48, layers=3)
+    exe = backend.compile(fn)
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((48, 48)).astype(np.float32) * 0.2 for _ in range(3)]
+    xs = [rng.standard_normal((48, 48)).astype(np.float32) for _ in range(2)]
+    expected = [backend.download(backend.run(exe, [backend.upload(a) for a in [x, *weights]])[0])
+                for x in xs]
+    arenas: list[int] = []
+    plan = exe.plan
+    real_new_arena = plan.new_arena
+
+    def recording_new_arena() -> list[object]:
+        slots = real_new_arena()
+        arenas.append(id(slots))
+        return slots
+
+    plan.new_arena = recording_new_arena  # type: ignore[method-assign]
+    # hold the plan's own arena, as a first thread mid-run does: the next run must not use it
+    assert plan._lock.acquire(blocking=False)
+    try:
+        out = plan.run([xs[0], *weights])
+        assert arenas, "a run while the arena is busy must build a private one"
+        assert not any(np.shares_memory(o, a) for o in out for a in (plan._arena or [])
+                       if isinstance(a, np.ndarray))
+    finally:
+        plan._lock.release()
+    barrier = threading.Barrier(2)
+    results: list[list[np.ndarray]] = [[], []]
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for _ in range(50):
+            results[i].append(np.array(plan.run([xs[i], *weights])[0]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    for i in range(2):
+        for got in results[i]:
+            np.testing.assert_allclose(got, expected[i], rtol=1e-6, atol=1e-6)

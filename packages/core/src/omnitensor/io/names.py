@@ -168,7 +168,7 @@ def _rules_for(arch: str) -> list[_Rule]:
     return ARCHITECTURES[arch]
 
 
-def arch_from_hf_config(config: Mapping[str, Any]) -> str:
+def arch_from_hf_config(config: Mapping[str, Any], source: str = "names") -> str:
     """llama.cpp architecture name for a Hugging Face ``config.json`` (``model_type``).
 
     Raises:
@@ -176,8 +176,8 @@ def arch_from_hf_config(config: Mapping[str, Any]) -> str:
     """
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in _HF_MODEL_TYPES:
-        raise FormatError(f"names: unsupported model_type {model_type!r} (expected one of "
-                          f"{', '.join(_HF_MODEL_TYPES)})")
+        raise FormatError(f"{source}: unsupported model_type {model_type!r} (expected one of "
+                          f"{', '.join(_HF_MODEL_TYPES)})", path=source, key="model_type")
     return _HF_MODEL_TYPES[str(model_type)]
 
 
@@ -385,7 +385,7 @@ def hparams_from_hf_config(config: Mapping[str, Any], source: str = "config.json
     Raises:
         FormatError: for an unsupported model type or a missing key.
     """
-    arch = arch_from_hf_config(config)
+    arch = arch_from_hf_config(config, source)
     src = source
     if arch == "gpt2":
         hidden = _need(src, config, "n_embd", "hidden_size")

@@ -47,9 +47,22 @@ _LAYER: Final = re.compile(r"blk\.(\d+)\.")
 KeyName = Callable[[str], str]
 
 
+_GGUF_NAMES: Final = {
+    "head_count": "attention.head_count", "head_count_kv": "attention.head_count_kv",
+    "rope_freq_base": "rope.freq_base", "head_dim": "attention.key_length",
+    "sliding_window": "attention.sliding_window", "attention_scale": "attention.scale",
+    "tie_embeddings": "(no output.weight tensor)",
+}
+
+
 def gguf_key(arch: str) -> KeyName:
     """Names hyper-parameters as GGUF metadata keys (``llama.block_count``)."""
-    return lambda key: f"{arch}.{key}"
+    from ..io.names import RMS_ARCHS
+
+    eps = "attention.layer_norm_rms_epsilon" if arch in RMS_ARCHS else \
+        "attention.layer_norm_epsilon"
+    names = {**_GGUF_NAMES, "norm_epsilon": eps}
+    return lambda key: f"{arch}.{names.get(key, key)}"
 
 
 def hf_key(key: str) -> str:

@@ -100,6 +100,7 @@ class CausalLM(LoadedModel):
         """
         check_sampling("stream", max_new_tokens=max_new_tokens, temperature=temperature,
                        top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+        self._check_prompt(prompt)
         pieces = self._generate([prompt], max_new_tokens, temperature, top_k, top_p, seed, stop,
                                 stream=True)
         return (piece for piece, _ in pieces)
@@ -133,16 +134,18 @@ class CausalLM(LoadedModel):
         gens = [g for _, g in results]
         return gens if batched else gens[0]
 
-    def _ids(self, prompt: Any) -> list[int]:
-        if isinstance(prompt, str):
-            text = prompt
-        elif isinstance(prompt, Sequence) and prompt and all(
-                isinstance(m, dict) for m in prompt):
-            text = self.apply_chat_template(prompt)
-        else:
+    @staticmethod
+    def _check_prompt(prompt: Any) -> None:
+        chat = isinstance(prompt, Sequence) and not isinstance(prompt, str) and bool(prompt) \
+            and all(isinstance(m, dict) for m in prompt)
+        if not isinstance(prompt, str) and not chat:
             raise GenerationArgumentError(
                 f"generate: prompt must be a string, a list of strings or chat messages "
                 f"([{{'role': ..., 'content': ...}}]) (got {prompt!r:.80})", argument="prompt")
+
+    def _ids(self, prompt: Any) -> list[int]:
+        self._check_prompt(prompt)
+        text = prompt if isinstance(prompt, str) else self.apply_chat_template(prompt)
         ids: list[int] = list(self.tokenizer.encode(text))
         if not ids:
             raise OmnitensorError("generate: the prompt encodes to no tokens")
