@@ -607,15 +607,22 @@ def campaign(fmt: str, *, cases: int, seed: int, time_limit: float, start: int =
             # the first case of a fresh worker also waits for its imports and warm-up
             budget = time_limit + (120 if not outcomes or outcomes[-1].kind in (
                 "timeout", "crash") else 0)
+            detail = ""
+            outcome = None
             try:
-                ready = conn.poll(budget)
-                outcome = conn.recv() if ready else None
+                while outcome is None and conn.poll(budget):
+                    message = conn.recv()
+                    if isinstance(message, tuple):  # ("started", detail): the clock starts now
+                        detail, began, budget = message[1], time.perf_counter(), time_limit
+                    else:
+                        outcome = message
             except (EOFError, OSError):
-                outcome = Outcome(index, "crash", f"exit {proc.exitcode}", "worker died", 0, 0, 0)
-                ready = True
+                proc.join(5)
+                outcome = Outcome(index, "crash", f"exit {proc.exitcode}", "worker died", 0, 0, 0,
+                                  detail)
             if outcome is None:
                 outcome = Outcome(index, "timeout", f">{time_limit:g}s", "",
-                                  time.perf_counter() - began, 0, 0)
+                                  time.perf_counter() - began, 0, 0, detail)
             if outcome.kind in ("timeout", "crash"):
                 proc.kill()
                 proc.join()
