@@ -30,8 +30,8 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m", [1, 3])
-@pytest.mark.parametrize("n,k", [(8, 256), (40, 768)])
+@pytest.mark.parametrize("m", [1, 3, 20])  # one row, a few (dot products), many (BLAS tiles)
+@pytest.mark.parametrize("n,k", [(8, 256), (40, 768), (300, 1024)])
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int, n: int,
                                               k: int) -> None:
     rng = np.random.default_rng(1)

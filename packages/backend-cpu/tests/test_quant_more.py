@@ -35,7 +35,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("m", [1, 3, 20])  # one row, a few (dot products), many (BLAS tiles)
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int) -> None:
     rng = np.random.default_rng(1)
     n, k = 40, 768

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import pool
+from . import pool, threads
 from ._compat import jit
 from .quant_more import MORE_FORMATS, pack_more
 
@@ -213,25 +213,112 @@ def _qs_rows16(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
 
 _NO_MINS: Final = np.zeros((1, 0), np.float32)
 
+# --- several activation rows ---------------------------------------------------------------------
+# NOTE: the one-row kernels convert and scale every weight once per activation row, so a batch
+# of 8 rows cost 8x one row and a server decoding 8 sequences together gained nothing. Here each
+# weight is converted once for four rows (four accumulators, still a pure reduction: numba does
+# not vectorize a loop that stores a dequantized row, so the weight is never written out). From
+# `BLAS_MIN_ROWS` rows (a prompt) tiles of the weight are dequantized by numpy and multiplied
+# by BLAS, which amortizes the conversion over every row.
+
+
+@jit(inline=True)
+def _four_rows(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, n: int,
+               shift: int) -> None:
+    m_rows, k = x.shape
+    m = 0
+    while m + 4 <= m_rows:
+        a0 = np.float32(0.0)
+        a1 = np.float32(0.0)
+        a2 = np.float32(0.0)
+        a3 = np.float32(0.0)
+        for j in range(k):
+            w = np.float32(qs[n, j]) * d[n, j >> shift]
+            a0 += x[m, j] * w
+            a1 += x[m + 1, j] * w
+            a2 += x[m + 2, j] * w
+            a3 += x[m + 3, j] * w
+        for b in range(mins.shape[1]):
+            a0 -= xsum[m, b] * mins[n, b]
+            a1 -= xsum[m + 1, b] * mins[n, b]
+            a2 -= xsum[m + 2, b] * mins[n, b]
+            a3 -= xsum[m + 3, b] * mins[n, b]
+        out[m, n] = a0
+        out[m + 1, n] = a1
+        out[m + 2, n] = a2
+        out[m + 3, n] = a3
+        m += 4
+    while m < m_rows:
+        acc = np.float32(0.0)
+        for j in range(k):
+            acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
+        for b in range(mins.shape[1]):
+            acc -= xsum[m, b] * mins[n, b]
+        out[m, n] = acc
+        m += 1
+
+
+@jit()
+def _few_rows32(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+                hi: int) -> None:
+    for n in range(lo, hi):
+        _four_rows(x, qs, d, mins, xsum, out, n, 5)
+
+
+@jit()
+def _few_rows16(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+                hi: int) -> None:
+    for n in range(lo, hi):
+        _four_rows(x, qs, d, mins, xsum, out, n, 4)
+
+
+#: Activation rows from which a product dequantizes tiles of the weight for BLAS.
+BLAS_MIN_ROWS: Final = 32
+#: Float32 bytes of one dequantized weight tile (kept within the L2 cache).
+_TILE_BYTES: Final = 1 << 18
+
+
+def _many_rows(x: Array, packed: Packed, out: Array) -> None:
+    n, k = packed.qs.shape
+    sub = 1 << packed.shift
+    tile = max(16, min(n, _TILE_BYTES // (4 * k)))
+    scratch = np.empty((tile, k), np.float32)
+    threads.blas_for(2.0 * x.shape[0] * n * k)
+    for lo in range(0, n, tile):
+        hi = min(lo + tile, n)
+        w = scratch[: hi - lo]
+        blocks = w.reshape(hi - lo, k // sub, sub)
+        np.multiply(packed.qs[lo:hi].reshape(blocks.shape), packed.d[lo:hi, :, None], out=blocks)
+        if packed.mins is not None:  # one offset per scale sub-block (checked by the caller)
+            blocks -= packed.mins[lo:hi, :, None]
+        np.matmul(x, w.T, out=out[:, lo:hi])
+
 
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32."""
     n, k = packed.qs.shape
-    work = (n * k) >> (24 - 17)  # split only products of PARALLEL_THRESHOLD weights and more
-    if packed.format == "q8_0":
-        qs, d = packed.qs, packed.d
-        pool.parallel_for(n, lambda lo, hi: _q8_rows(x, qs, d, out, lo, hi), work=work,
-                          grain=16)
-        return
+    m_rows = x.shape[0]
+    qs, d, shift = packed.qs, packed.d, packed.shift
     mins, xsum = packed.mins, _NO_MINS
     if mins is None:
         mins = _NO_MINS
-    else:
+    elif m_rows < BLAS_MIN_ROWS or shift not in (4, 5):
         # NOTE: the offsets meet the activation only through its sub-block sums.
         # (per sub-block of 32, or 16 for Q2_K)
-        xsum = np.ascontiguousarray(x.reshape(x.shape[0], mins.shape[1], -1).sum(axis=-1))
-    qs, d, shift = packed.qs, packed.d, packed.shift
-    if shift in (4, 5):
+        xsum = np.ascontiguousarray(x.reshape(m_rows, mins.shape[1], -1).sum(axis=-1))
+    if m_rows > 1 and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
+        if m_rows >= BLAS_MIN_ROWS:
+            _many_rows(x, packed, out)
+            return
+        few = _few_rows32 if shift == 5 else _few_rows16
+        pool.parallel_for(n, lambda lo, hi: few(x, qs, d, mins, xsum, out, lo, hi),
+                          work=(m_rows * n * k) >> 9, grain=16)
+        return
+    work = (n * k) >> (24 - 17)  # split only products of PARALLEL_THRESHOLD weights and more
+    if packed.format == "q8_0":
+        pool.parallel_for(n, lambda lo, hi: _q8_rows(x, qs, d, out, lo, hi), work=work,
+                          grain=16)
+    elif shift in (4, 5):
         kernel = _qs_rows32 if shift == 5 else _qs_rows16
         pool.parallel_for(n, lambda lo, hi: kernel(x, qs, d, mins, xsum, out, lo, hi),
                           work=work, grain=16)
