@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ... import dtypes as dt
+from ...tensor.reduce import _reduce
 from ...tensor.tensor import Tensor
 from ..registry import Ctx, Value, handler
 
@@ -38,8 +39,18 @@ def _sum(t: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
     return t.sum(axes, keepdims=keep)
 
 
+def _extreme(op: str) -> Callable[[Tensor, tuple[int, ...], bool], Tensor]:
+    # NOTE: not `Tensor.max`: the Array API makes an empty max an error, while ONNX defines it
+    # as the reduction's identity (-inf / the dtype's lowest; +inf / highest for min), which is
+    # what the primitive computes.
+    def finish(t: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
+        return _reduce(op, f"reduce_{op}", t, axes, keep)
+
+    return finish
+
+
 def _log_sum_exp(t: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
-    peak = t.max(axes, keepdims=True)
+    peak = _extreme("max")(t, axes, True)
     peak = Tensor._apply("select", peak == peak, peak, peak * 0.0)  # keep NaN out of the shift
     finite = Tensor._apply("select", Tensor._apply("ne", peak.abs(), peak.abs() * 0 + float(
         "inf")), peak, peak * 0.0) if t.dtype.is_floating else peak
@@ -49,8 +60,8 @@ def _log_sum_exp(t: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
 
 _reduction("ReduceSum", _sum)
 _reduction("ReduceMean", lambda t, a, k: t.mean(a, keepdims=k))
-_reduction("ReduceMax", lambda t, a, k: t.max(a, keepdims=k))
-_reduction("ReduceMin", lambda t, a, k: t.min(a, keepdims=k))
+_reduction("ReduceMax", _extreme("max"))
+_reduction("ReduceMin", _extreme("min"))
 _reduction("ReduceProd", lambda t, a, k: t.prod(a, keepdims=k))
 _reduction("ReduceL1", lambda t, a, k: t.abs().sum(a, keepdims=k))
 _reduction("ReduceL2", lambda t, a, k: (t * t).sum(a, keepdims=k).astype(t.dtype).sqrt()
