@@ -59,8 +59,13 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="threads of each system (onnxruntime's intra-op pool, and "
+                        "OMNITENSOR_NUM_THREADS unless set)")
     args = parser.parse_args()
+    os.environ.setdefault("OMNITENSOR_NUM_THREADS", str(args.threads))
+    print(f"threads: onnxruntime {args.threads}, omnitensor "
+          f"{os.environ['OMNITENSOR_NUM_THREADS']}")
 
     import tempfile
 
@@ -80,6 +85,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     images = rng.standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
 
+    ort.set_default_logger_severity(3)  # the light graph's unused shape initializers warn
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.inter_op_num_threads = 1
