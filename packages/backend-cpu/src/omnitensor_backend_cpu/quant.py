@@ -5,7 +5,8 @@ short reduction per block and converts a half float each time (3-6 GB/s here). R
 rows with their float32 scales apart, one long vectorized reduction per output row reads the
 weight at memory speed. The repacked form is made by `omnitensor_prepare_weight` when a model
 is loaded (`plugin.py`) and found again by buffer identity; a weight nobody prepared is repacked
-on first use and cached while its (read-only) buffer lives.
+on first use and cached while its (read-only) buffer lives. A buffer viewed in a mapped weight
+file has its pages dropped once repacked, so each weight is resident once.
 
 Q4_0, Q4_K and Q6_K are repacked the same way: their integer quants unpacked to int8 rows (Q4_0
 ``nibble - 8``, Q6_K ``q - 32``, Q4_K the nibble), one float32 scale per sub-block (32 or 16
@@ -22,6 +23,8 @@ import weakref
 from typing import Any, Final
 
 import numpy as np
+
+from omnitensor.backend.host_memory import release
 
 from . import pool, threads
 from ._compat import jit
@@ -150,6 +153,9 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     if entry is not None and entry[0]() is blocks:
         return entry[1]
     packed = pack(blocks, format, shape)
+    # NOTE: a weight viewed in its mapped file is now held twice (the file's pages and the
+    # repacked form); the pages are dropped (read again only by host lookups of a few rows).
+    release(blocks)
     if not blocks.flags.writeable:
         with _LOCK:
             _CACHE[key] = (weakref.ref(blocks, lambda _: _forget(key)), packed)

@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from omnitensor.backend.host_memory import immutable
 from omnitensor.errors import FormatError
 from omnitensor.io.gguf import read_gguf, write_gguf
 from omnitensor.io.weights import QuantizedArray, WeightFile
@@ -75,6 +76,14 @@ def test_round_trip_every_type(tmp_path: Path) -> None:
             assert isinstance(loaded, np.ndarray) and loaded.dtype == expected.dtype
             np.testing.assert_array_equal(loaded, expected)
             assert loaded.flags.writeable  # a copy, not a view of a map
+        mapped = file.load(name, mapped=True)  # a view of the file mapped read-only
+        if isinstance(expected, QuantizedArray):
+            assert isinstance(mapped, QuantizedArray) and immutable(mapped.blocks)
+            np.testing.assert_array_equal(mapped.blocks, expected.blocks)
+        else:
+            assert isinstance(mapped, np.ndarray) and immutable(mapped)
+            assert mapped.dtype == expected.dtype
+            np.testing.assert_array_equal(mapped, expected)
     everything = file.load_all()
     assert list(everything) == list(tensors)
 
@@ -273,6 +282,8 @@ def test_file_shrinks_after_parse(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(FormatError, match="truncated"):
         file.load("t")
+    with pytest.raises(FormatError, match="truncated"):
+        file.load("t", mapped=True)
 
 
 def test_random_corruption_never_crashes(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from omnitensor.backend.host_memory import immutable
 from omnitensor.errors import FormatError
 from omnitensor.io.safetensors import read_hf_dir, read_safetensors, write_safetensors
 from omnitensor.io.weights import WeightFile
@@ -40,6 +41,12 @@ def test_round_trip_with_bf16(tmp_path: Path) -> None:
         loaded = file.load(name)
         assert loaded.dtype == expected.dtype and loaded.shape == expected.shape
         np.testing.assert_array_equal(loaded, expected)
+        mapped = file.load(name, mapped=True)
+        assert mapped.dtype == expected.dtype and mapped.shape == expected.shape
+        np.testing.assert_array_equal(mapped, expected)
+        # aligned data are viewed in the mapped file; unaligned ones are copied
+        aligned = file.tensor_info(name).offset % expected.dtype.itemsize == 0
+        assert immutable(mapped) == aligned and mapped.flags.writeable != aligned
     assert file.tensor_info("c").type == "bf16"
 
 

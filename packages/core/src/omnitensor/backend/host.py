@@ -16,6 +16,7 @@ from ..dtypes import DType
 from ..ir.opdef import OpDef, OpView, Trait, all_ops
 from ..ir.program import Instruction
 from .contract import Backend
+from .host_memory import immutable
 from .lowering import LoweringTable
 
 __all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_lowerings",
@@ -85,7 +86,13 @@ class HostArrayBackend(Backend):
         return f"{inst.op} is not a declared op"
 
     def upload(self, array: Array) -> Array:
-        """A read-only copy of `array` (the caller may keep writing its own)."""
+        """A read-only copy of `array` (the caller may keep writing its own).
+
+        An array nobody can write (`host_memory.immutable`: a weight viewed in its mapped file,
+        or one `host_memory.seal` made) is kept as it is: a model's weights are not copied.
+        """
+        if immutable(array):
+            return array
         return read_only(np.array(array, copy=True))
 
     def download(self, buffer: Any) -> Array:

@@ -4,7 +4,8 @@ The reader parses the header itself, checking every count, length, offset and si
 file before it reads or allocates anything, so a malformed file is a `FormatError` naming the file
 and the offset, never a crash, a hang or a huge allocation. (`gguf.GGUFReader` memory-maps the
 whole file and clips out-of-range slices silently, so it is used only in tests, as a cross-check.)
-Tensor data are copied into memory on `load`; no memory map outlives a call. Type tables come from
+Tensor data are copied into memory on `load`, or viewed in place in the file mapped read-only
+(``load(name, mapped=True)``, what models use: see `io.mapped`). Type tables come from
 the `gguf` package, and the writer is `gguf.GGUFWriter`, so files follow llama.cpp's conventions.
 Name mapping and the rotary q/k row order live in `io.names`; tokenizers in `io.tokenizer`.
 """
@@ -29,6 +30,7 @@ from ..errors import FormatError, ShapeError, UnsupportedError
 from ..ir.types import QUANT_FORMATS
 from ._compat import ggml_dequantize, gguf_module, gguf_writer
 from .gguf_mix import FILE_TYPES, tensor_types
+from .mapped import map_file
 from .weights import Array, QuantizedArray, TensorInfo, missing_tensor
 
 __all__ = ["GGUFFile", "read_gguf", "write_gguf"]
@@ -210,6 +212,7 @@ class GGUFFile:
         self._ggml_types = ggml_types
         self.data_offset = data_offset
         self.alignment = alignment
+        self._mapped: Array | None = None
 
     @property
     def path(self) -> Path:
@@ -252,17 +255,22 @@ class GGUFFile:
         return len(self._tensors)
 
     @overload
-    def load(self, name: str, *, dequantize: Literal[True]) -> Array: ...
+    def load(self, name: str, *, dequantize: Literal[True], mapped: bool = False) -> Array: ...
 
     @overload
-    def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray: ...
+    def load(self, name: str, *, dequantize: bool = False, mapped: bool = False
+             ) -> Array | QuantizedArray: ...
 
-    def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray:
-        """Copy tensor `name` into memory.
+    def load(self, name: str, *, dequantize: bool = False, mapped: bool = False
+             ) -> Array | QuantizedArray:
+        """Copy tensor `name` into memory (or, with `mapped`, view it in the mapped file).
 
         Args:
             name: the tensor's GGUF name (``"blk.0.attn_q.weight"``).
             dequantize: decode quantized tensors to float32 instead of keeping their blocks.
+            mapped: return a read-only view of the file mapped in memory (`io.mapped.map_file`)
+                instead of a copy: nothing is read until the data are touched. Decoded types
+                (`dequantize`, ggml types omnitensor has no codec for) are new arrays anyway.
 
         Returns:
             A numpy array for dense types (F32, F16, BF16 as ``ml_dtypes.bfloat16``, F64, I8..I64);
@@ -273,8 +281,16 @@ class GGUFFile:
             FormatError: unknown name, or data no longer in the file.
             UnsupportedError: a ggml type that neither omnitensor nor `gguf` can decode.
         """
+        info = self.tensor_info(name)
+        if mapped:
+            if self._mapped is None:
+                self._mapped = map_file(self._path)
+            raw = np.asarray(self._mapped[info.offset:info.offset + info.nbytes])
+            if raw.size != info.nbytes:
+                raise self._truncated(info, raw.size)
+            return self._decode(raw, info, dequantize=dequantize)
         with open(self._path, "rb") as stream:
-            return self._load(stream, self.tensor_info(name), dequantize=dequantize)
+            return self._load(stream, info, dequantize=dequantize)
 
     def load_all(self, *, dequantize: bool = False,
                  progress: Callable[[str, int], None] | None = None
@@ -299,9 +315,17 @@ class GGUFFile:
         raw = np.empty(info.nbytes, dtype=np.uint8)
         got = stream.readinto(raw.data)
         if got != info.nbytes:
-            raise FormatError(
-                f"{self._path}: tensor {info.name!r} is truncated (got {got} of {info.nbytes} "
-                f"bytes at offset {info.offset})", path=str(self._path), offset=info.offset)
+            raise self._truncated(info, got)
+        return self._decode(raw, info, dequantize=dequantize)
+
+    def _truncated(self, info: TensorInfo, got: int) -> FormatError:
+        return FormatError(
+            f"{self._path}: tensor {info.name!r} is truncated (got {got} of {info.nbytes} "
+            f"bytes at offset {info.offset})", path=str(self._path), offset=info.offset)
+
+    def _decode(self, raw: Array, info: TensorInfo, *, dequantize: bool
+                ) -> Array | QuantizedArray:
+        """The tensor of `info` from its raw bytes (viewed in place where no decoding runs)."""
         if info.type in _DENSE_NUMPY:
             dense: Array = raw.view(_DENSE_NUMPY[info.type]).reshape(info.shape)
             return dense

@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import FormatError
+from .mapped import map_file
 from .weights import Array, TensorInfo, missing_tensor
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class SafetensorsFile:
         self._path = path
         self._tensors = tensors
         self._metadata = metadata
+        self._mapped: Array | None = None
 
     @property
     def path(self) -> Path:
@@ -106,15 +108,28 @@ class SafetensorsFile:
     def __len__(self) -> int:
         return len(self._tensors)
 
-    def load(self, name: str, *, dequantize: bool = False) -> Array:
+    def load(self, name: str, *, dequantize: bool = False, mapped: bool = False) -> Array:
         """Copy tensor `name` into memory as a numpy array (bfloat16 as ``ml_dtypes.bfloat16``).
 
         Args:
             name: the tensor name in the file.
             dequantize: accepted for `WeightFile` compatibility (safetensors holds no blocks).
+            mapped: a read-only view of the file mapped in memory (`io.mapped.map_file`) instead
+                of a copy; a tensor whose data are not aligned to its element size is copied.
         """
+        info = self.tensor_info(name)
+        dtype = next(np_dtype for dname, np_dtype in _DTYPES.values() if dname == info.type)
+        if mapped and info.offset % np.dtype(dtype).itemsize == 0:
+            if self._mapped is None:
+                self._mapped = map_file(self._path)
+            raw = np.asarray(self._mapped[info.offset:info.offset + info.nbytes])
+            if raw.size != info.nbytes:
+                raise _error(info.file, f"tensor {info.name!r} is truncated (got {raw.size} of "
+                             f"{info.nbytes} bytes)", info.offset)
+            out: Array = raw.view(dtype).reshape(info.shape)
+            return out
         with open(self._path, "rb") as stream:
-            return _read_tensor(stream, self.tensor_info(name))
+            return _read_tensor(stream, info)
 
     def load_all(self, *, progress: Callable[[str, int], None] | None = None
                  ) -> dict[str, Array]:
@@ -295,10 +310,10 @@ class ShardedWeights:
             raise missing_tensor(self._path, name, self.tensor_names)
         return self._owner[name].tensor_info(name)
 
-    def load(self, name: str, *, dequantize: bool = False) -> Array:
-        """Copy tensor `name` from its shard into memory."""
+    def load(self, name: str, *, dequantize: bool = False, mapped: bool = False) -> Array:
+        """Copy tensor `name` from its shard into memory (`mapped`: view it in place)."""
         self.tensor_info(name)
-        return self._owner[name].load(name)
+        return self._owner[name].load(name, mapped=mapped)
 
     def __contains__(self, name: object) -> bool:
         return name in self._owner

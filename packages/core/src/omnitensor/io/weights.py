@@ -174,8 +174,9 @@ class WeightFile(Protocol):
     def tensor_info(self, name: str) -> TensorInfo:
         """Shape, type and location of tensor `name`; FormatError if there is none."""
 
-    def load(self, name: str, *, dequantize: bool = False) -> Array | QuantizedArray:
-        """Read tensor `name` into memory (a copy; no memory map survives the call)."""
+    def load(self, name: str, *, dequantize: bool = False, mapped: bool = False
+             ) -> Array | QuantizedArray:
+        """Read tensor `name`: a copy, or with `mapped` a read-only view of the mapped file."""
 
     def __contains__(self, name: object) -> bool:
         """Whether a tensor of that name exists."""

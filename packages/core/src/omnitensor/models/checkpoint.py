@@ -1,7 +1,8 @@
 """A checkpoint: architecture, hyper-parameters, weights in omnitensor's layout, tokenizer.
 
 Turns a GGUF file or a Hugging Face directory into canonical names (llama.cpp's) and layout
-(`io.names`), copying weights into memory. The builder consumes it.
+(`io.names`). Weights are read-only views of the files mapped in memory (`io.mapped`) where no
+conversion is needed, so a checkpoint costs no memory of its own; the builder consumes it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.host_memory import release, seal
 from ..errors import FormatError
 from ..io.weights import Array, QuantizedArray
 from .consistency import check_hparams, check_tensors, check_vocabulary, gguf_key
@@ -70,9 +72,10 @@ def from_gguf(path: str | Path, progress: Progress | None = None) -> Checkpoint:
     weights: dict[str, Array | QuantizedArray] = {}
     names = file.tensor_names
     for i, name in enumerate(names):
-        loaded = file.load(name)
-        weights[name] = (from_gguf_tensor(hp.arch, name, loaded, hp) if isinstance(
+        loaded = file.load(name, mapped=True)
+        converted = (from_gguf_tensor(hp.arch, name, loaded, hp) if isinstance(
             loaded, QuantizedArray) else from_gguf_tensor(hp.arch, name, loaded, hp))
+        weights[name] = _own(loaded, converted)
         if progress is not None:
             progress(name, i + 1, len(names))
     runtime: dict[str, Any] = {}
@@ -111,8 +114,8 @@ def from_hf_dir(path: str | Path, progress: Progress | None = None) -> Checkpoin
         check_vocabulary(tokenizer, shapes, str(directory.tokenizer_path))
     weights: dict[str, Array | QuantizedArray] = {}
     for i, (name, hf_name) in enumerate(mapping.items()):
-        value = np.asarray(directory.weights.load(hf_name))
-        weights[name] = from_hf_tensor(hp.arch, name, value)
+        value = np.asarray(directory.weights.load(hf_name, mapped=True))
+        weights[name] = _own(value, from_hf_tensor(hp.arch, name, value))
         if progress is not None:
             progress(name, i + 1, len(mapping))
     runtime = directory.config.get("omnitensor_runtime", {})
@@ -145,6 +148,23 @@ def _hf_extras(config: dict[str, Any], source: str) -> dict[str, Any]:
         raise FormatError(f"{source}: malformed attention settings (rope_parameters, "
                           f"layer_types, sliding_window): {exc}", path=source) from None
     return hparams
+
+
+def _own(loaded: Array | QuantizedArray, converted: Array | QuantizedArray
+         ) -> Array | QuantizedArray:
+    """`converted` (from `loaded`, a view of a mapped file) made read-only for good.
+
+    A conversion that made a new array (llama's q/k row order, GPT-2's transposes) has read
+    the file's pages: they are dropped, and the new array is sealed so backends keep it
+    without copying it (`backend.host_memory.seal`).
+    """
+    if converted is loaded:
+        return loaded
+    source = loaded.blocks if isinstance(loaded, QuantizedArray) else loaded
+    release(source)
+    if isinstance(converted, QuantizedArray):
+        return QuantizedArray(seal(converted.blocks), converted.format, converted.shape)
+    return seal(np.asarray(converted))
 
 
 def _attention_hparams(config: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..backend.contract import Backend
+from ..backend.host_memory import prefetch
 from ..backend.registry import prepare_weight, use_backend
-from ..dtypes import float32, int32
+from ..dtypes import as_dtype, float32, int32
 from ..errors import ShapeError
 from ..functional import overrides
 from ..io.weights import QuantizedArray
@@ -71,8 +72,11 @@ class CompiledModel:
         # quantized tables read by Embedding steps: host blocks, gathered row by row per call
         self._tables: dict[str, tuple[Any, str]] = {}
         embedded = {step["weight"] for _, step in spec.walk() if step.get("op") == "Embedding"}
-        self.weights = {name: self._upload(name, value, keep_quantized,
-                                           table=name in embedded)
+        # an LM head tied to the embedding table reads the table as a matrix too
+        tied = {step["fallback"] for _, step in spec.walk() if step.get("op") == "LMHead"
+                and "fallback" in step and step["weight"] not in checkpoint.weights}
+        self.weights = {name: self._upload(name, value, keep_quantized, table=name in embedded,
+                                           matrix=name not in embedded or name in tied)
                         for name, value in checkpoint.weights.items()}
         if not self.hparams.get("vocab_size") and "token_embd.weight" in self.weights:
             self.hparams["vocab_size"] = self.weights["token_embd.weight"].shape[0]
@@ -104,7 +108,19 @@ class CompiledModel:
         return self._quantized_formats[value.format]
 
     def _upload(self, name: str, value: Any, keep_quantized: bool, *,
-                table: bool = False) -> Tensor:
+                table: bool = False, matrix: bool = True) -> Tensor:
+        """Weight `name` on the backend, each weight held once.
+
+        Weights viewed in a mapped file (or sealed by the checkpoint reader) are immutable, so
+        a host backend keeps them without a copy (`HostArrayBackend.upload`).
+
+        Args:
+            name: the weight's canonical name.
+            value: its array or quantized blocks, from the checkpoint.
+            keep_quantized: whether the backend may run quantized weights as they are.
+            table: an Embedding step reads it (quantized tables are gathered on the host).
+            matrix: a product reads it (for a table, only when the LM head is tied to it).
+        """
         if isinstance(value, QuantizedArray):
             if keep_quantized and self._runs_quantized(value):
                 buffer = self.backend.upload(value.blocks)
@@ -113,17 +129,22 @@ class CompiledModel:
                     # table dequantized in the graph would be hoisted and cached as float32).
                     host = buffer if isinstance(buffer, np.ndarray) else value.blocks
                     self._tables[name] = (host, value.format)
-                # a backend may repack the blocks once, here, into a layout its kernels stream
-                prepared = prepare_weight(self.backend, name, buffer, value.type)
-                buffer = buffer if prepared is None else prepared
+                if matrix:
+                    # a backend may repack the blocks once, here, into a layout its kernels
+                    # stream (an untied table is never a matrix: repacking it would hold it twice)
+                    prepared = prepare_weight(self.backend, name, buffer, value.type)
+                    buffer = buffer if prepared is None else prepared
                 node = Node.from_buffer(buffer, value.type, self.backend)
                 return Tensor(node).mark_parameter(name)
             value = value.dequantize()
         array = np.asarray(value)
-        if array.dtype.kind == "f" and array.dtype != np.float32:
+        if array.dtype.kind in "fV" and array.dtype != np.float32:
             array = array.astype(np.float32)  # compute in float32; see the note in the README
-        tensor = from_numpy(array, copy=False).to(self.backend)
-        return tensor.mark_parameter(name)
+        prefetch(array)  # a mapped weight is read from disk now, not at the first token
+        dtype = as_dtype(array.dtype)
+        node = Node.from_buffer(self.backend.upload(array), TensorType(array.shape, dtype),
+                                self.backend)
+        return Tensor(node).mark_parameter(name)
 
     def check(self) -> None:
         """Record (not run) a one-token forward: missing weights and shape mismatches fail now.

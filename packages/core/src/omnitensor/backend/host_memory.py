@@ -1,0 +1,107 @@
+"""Host arrays that nobody may write, and pages of mapped files a backend no longer reads.
+
+Weights viewed in a file mapped read-only (`io.mapped.map_file`) or sealed by a reader
+(`seal`) are `immutable`: host backends keep them without copying. A backend that copies a
+weight into a layout of its own drops the file's pages afterwards (`release`), so the process
+holds each weight once.
+"""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any
+
+import numpy as np
+
+__all__ = ["immutable", "prefetch", "release", "seal"]
+
+Array = np.ndarray[Any, Any]
+
+_PAGE = mmap.PAGESIZE
+
+
+def _mapping(array: Array) -> tuple[mmap.mmap, int] | None:
+    """The mapping `array` lives in and its offset there, or None for ordinary memory."""
+    base: Any = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if not isinstance(base, mmap.mmap) or base.closed:
+        return None
+    start = np.frombuffer(base, np.uint8).ctypes.data
+    return base, int(array.ctypes.data) - start
+
+
+def _span(array: Array) -> tuple[mmap.mmap, int, int] | None:
+    """(mapping, page-aligned start, length) of the pages under a contiguous mapped array."""
+    found = _mapping(array)
+    if found is None or array.size == 0 or not (array.flags.c_contiguous or
+                                                array.flags.f_contiguous):
+        return None
+    mapping, offset = found
+    start = offset - offset % _PAGE
+    end = min(offset + array.nbytes, len(mapping))
+    return mapping, start, end - start
+
+
+def release(array: Array) -> bool:
+    """Drop the resident pages of a memory-mapped `array` (they are read again if touched).
+
+    A backend calls this after it has copied a weight into a layout of its own, so the file's
+    copy stops counting in the process's resident memory. Arrays in ordinary memory are left
+    alone. Returns whether pages were dropped.
+    """
+    span = _span(array)
+    if span is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    mapping, start, length = span
+    mapping.madvise(mmap.MADV_DONTNEED, start, length)
+    return True
+
+
+def prefetch(array: Array) -> bool:
+    """Ask the kernel to read a memory-mapped `array` from disk now (``MADV_WILLNEED``).
+
+    Weights computed on in place are prefetched at load, so the first token does not wait for
+    the disk. Returns whether the array is mapped.
+    """
+    span = _span(array)
+    if span is None or not hasattr(mmap, "MADV_WILLNEED"):
+        return False
+    mapping, start, length = span
+    mapping.madvise(mmap.MADV_WILLNEED, start, length)
+    return True
+
+
+def seal(array: Array) -> Array:
+    """A read-only view of a fresh contiguous `array` that no handle can write again.
+
+    The view's base is a read-only memoryview, so `immutable` holds and backends may keep the
+    array without copying it. The caller gives `array` up.
+    """
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    frozen = np.frombuffer(memoryview(flat.data).toreadonly(), np.uint8)
+    out: Array = frozen.view(array.dtype).reshape(array.shape)
+    return out
+
+
+def immutable(array: Array) -> bool:
+    """Whether no one can write `array`.
+
+    True when it is read-only down to a read-only buffer (a file mapped read-only, `seal`,
+    bytes). A read-only array that owns its memory does not count: its owner may make it writable.
+    """
+    base: Any = array
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, mmap.mmap):
+        return not base.closed and _read_only_mapping(base)
+    if isinstance(base, memoryview):
+        return base.readonly
+    return isinstance(base, bytes)
+
+
+def _read_only_mapping(mapping: mmap.mmap) -> bool:
+    with memoryview(mapping) as view:
+        return view.readonly

@@ -1,0 +1,80 @@
+"""Weights viewed in mapped files: immutability, zero-copy uploads, dropping resident pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from omnitensor.backend.host import HostArrayBackend
+from omnitensor.backend.host_memory import immutable, prefetch, release, seal
+from omnitensor.errors import FormatError
+from omnitensor.io.mapped import map_file
+
+
+def _rss_file_kb() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssFile"))
+
+
+def test_mapped_and_sealed_arrays_are_immutable(tmp_path: Path) -> None:
+    path = tmp_path / "w.bin"
+    path.write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    mapped = np.asarray(map_file(path))
+    view = mapped[16:48].view(np.float32).reshape(2, 4)
+    assert immutable(mapped) and immutable(view)
+    np.testing.assert_array_equal(view, np.arange(4, 12, dtype=np.float32).reshape(2, 4))
+    with pytest.raises(ValueError):
+        view[0, 0] = 1
+
+    fresh = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert not immutable(fresh)
+    fresh.flags.writeable = False
+    assert not immutable(fresh)  # its owner may make it writable again
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        sealed = seal(np.arange(6).astype(dtype).reshape(2, 3))
+        assert immutable(sealed) and sealed.dtype == dtype and sealed.shape == (2, 3)
+        np.testing.assert_array_equal(sealed.astype(np.float32),
+                                      np.arange(6, dtype=np.float32).reshape(2, 3))
+        with pytest.raises(ValueError):
+            sealed.flags.writeable = True
+
+
+def test_host_upload_keeps_immutable_arrays_and_copies_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "w.bin"
+    path.write_bytes(bytes(range(256)))
+    mapped = np.asarray(map_file(path))[32:64]
+    upload = HostArrayBackend.upload
+    assert upload(None, mapped) is mapped  # type: ignore[arg-type]
+    own = np.arange(4.0)
+    copied = upload(None, own)  # type: ignore[arg-type]
+    assert copied is not own and not np.shares_memory(copied, own)
+    assert not copied.flags.writeable
+
+
+def test_release_drops_resident_pages_of_a_mapped_array(tmp_path: Path) -> None:
+    path = tmp_path / "big.bin"
+    size = 32 << 20
+    path.write_bytes(np.ones(size, np.uint8).tobytes())
+    mapped = np.asarray(map_file(path))
+    assert prefetch(mapped)
+    before = _rss_file_kb()
+    assert int(mapped[::4096].sum()) == size // 4096  # touch every page
+    touched = _rss_file_kb()
+    assert touched - before > 24 << 10
+    assert release(mapped)
+    assert _rss_file_kb() - before < 8 << 10
+    assert int(mapped[::4096].sum()) == size // 4096  # still readable: pages come back
+    assert not release(np.ones(4)) and not prefetch(np.ones(4))  # ordinary memory: untouched
+
+
+def test_map_file_errors(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(FormatError, match="cannot be memory-mapped") as info:
+        map_file(empty)
+    assert info.value.path == str(empty)
+    with pytest.raises(FormatError, match="cannot be memory-mapped"):
+        map_file(tmp_path / "missing.bin")
