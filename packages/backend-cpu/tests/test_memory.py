@@ -1,9 +1,10 @@
 """Resident memory of a quantized model on cpu: each weight held once (issue 15's budget).
 
 A fresh process compiles the kernels on a tiny model first, then loads a Q8_0 GGUF of about
-30 MB and decodes; what the second model adds to the peak resident memory must stay within
-1.2 x (file + KV cache). Holding the ggml blocks next to their repacked form (2x), or a float32
-copy of any weight (4x), fails it.
+35 MB and decodes: what the second model adds to the resident memory after load must stay
+within 1.2 x (file + KV cache), and its peak while decoding within that plus 16 MB (plans and
+activations, which do not grow with the weights). Holding the ggml blocks next to their
+repacked form (2x), or a float32 copy of any weight (4x), fails it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def status(key):
 
 def decode(path, new):
     model = load_model(path, "cpu").model
+    loaded.append(status("VmRSS"))
     cap = 64
     mask = np.ones((1, 1, 1, cap), np.bool_)
     cache = model.new_cache(1, cap)
@@ -43,6 +45,7 @@ def decode(path, new):
         tokens.append(int(np.argmax(logits.numpy()[0])))
     return tokens
 
+loaded = []
 decode(sys.argv[1], 2)          # compiles every kernel (and imports numba) on a tiny model
 gc.collect()
 try:
@@ -52,7 +55,8 @@ except OSError:
     pass
 base = status("VmRSS")
 tokens = decode(sys.argv[2], 8)
-print(json.dumps({"base": base, "peak": status("VmHWM"), "tokens": tokens}))
+print(json.dumps({"base": base, "loaded": loaded[-1], "peak": status("VmHWM"),
+                  "tokens": tokens}))
 """
 
 
@@ -101,8 +105,11 @@ def test_q8_0_model_is_resident_about_once(tmp_path: Path) -> None:
     head = shape["hidden"] // shape["heads"]
     kv = 2 * shape["layers"] * shape["kv_heads"] * 64 * head * 4
     budget = model.stat().st_size + kv
-    added = got["peak"] - got["base"]
     assert len(got["tokens"]) == 9
-    assert added <= 1.2 * budget, (
+    loaded, peak = got["loaded"] - got["base"], got["peak"] - got["base"]
+    assert loaded <= 1.2 * budget, (
+        f"loading a {budget / 2**20:.1f} MB model (file + KV cache) added "
+        f"{loaded / 2**20:.1f} MB to the resident memory ({loaded / budget:.2f}x)")
+    assert peak <= 1.2 * budget + (16 << 20), (
         f"loading and decoding a {budget / 2**20:.1f} MB model (file + KV cache) added "
-        f"{added / 2**20:.1f} MB to the peak resident memory ({added / budget:.2f}x)")
+        f"{peak / 2**20:.1f} MB to the peak resident memory ({peak / budget:.2f}x)")
