@@ -54,7 +54,7 @@ def omnitensor_register_backends() -> list[BackendSpec]:
 
 @hookimpl
 def omnitensor_prepare_weight(backend: Backend, name: str, array: Any, type: Any) -> Any | None:
-    """Repack quantized weights of the ``cpu`` backend once, at load (see `quant`).
+    """Repack quantized weights of the ``cpu`` backend once, at load (see `quant`, `half`).
 
     The plan finds the repacked form by the buffer's identity, so the buffer itself is returned
     unchanged (reference kernels such as `dequantize` keep reading the ggml blocks).
@@ -65,8 +65,11 @@ def omnitensor_prepare_weight(backend: Backend, name: str, array: Any, type: Any
     shape = tuple(getattr(type, "logical_shape", ()))
     if fmt is None or len(shape) != 2:
         return None
-    from . import quant
+    from . import half, quant
 
+    if fmt in half.FORMATS:  # computed on as stored; which rows need the exact pass, once
+        half.row_flags(array, fmt)
+        return array
     if fmt not in quant.FORMATS:
         return None
     quant.packed_for(array, fmt, shape)

@@ -139,8 +139,10 @@ def qmatmul_step(inst: Instruction, index: int) -> Draft | None:
     w_t = inst.operands[1].type
     assert isinstance(x_t, TensorType) and isinstance(out_t, TensorType)
     fmt = inst.attrs["format"]
-    from . import quant
+    from . import half, quant
 
+    if fmt in half.FORMATS and x_t.dtype == float32 and out_t.size > 0:
+        return _half_step(inst, index)
     if fmt not in quant.FORMATS or x_t.dtype != float32 or out_t.size == 0:
         return None
     shape = tuple(getattr(w_t, "logical_shape", ()))
@@ -157,6 +159,32 @@ def qmatmul_step(inst: Instruction, index: int) -> Draft | None:
             result = get(slots)
             lhs = np.ascontiguousarray(slots[x]).reshape(m, k)
             quant.qmatmul(lhs, packed, result.reshape(m, n))
+            slots[out] = result
+
+        return step
+
+    return Draft([x, w], [out], make, owned, "quant")
+
+
+def _half_step(inst: Instruction, index: int) -> Draft:
+    """`qmatmul` by a float16/bfloat16 weight, widened row by row as it is read (`half`)."""
+    from . import half
+
+    out_t, w_t = inst.results[0].type, inst.operands[1].type
+    assert isinstance(out_t, TensorType)
+    fmt = inst.attrs["format"]
+    n, k = tuple(getattr(w_t, "logical_shape", ()))
+    m = out_t.size // n
+    x, w, out = inst.operands[0].id, inst.operands[1].id, inst.results[0].id
+    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[out]
+
+        def step(slots: Slots) -> None:
+            result = get(slots)
+            lhs = np.ascontiguousarray(slots[x]).reshape(m, k)
+            half.qmatmul(lhs, np.ascontiguousarray(slots[w]), fmt, result.reshape(m, n))
             slots[out] = result
 
         return step

@@ -13,7 +13,7 @@ import pytest
 
 from omnitensor.errors import FormatError, ShapeError
 from omnitensor.ir import quant_blocks
-from omnitensor.ir.types import QUANT_FORMATS, QTensorType
+from omnitensor.ir.types import QTENSOR_FORMATS, QUANT_FORMATS, QTensorType
 
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
@@ -136,7 +136,26 @@ def test_leading_dims_and_errors(fmt: str) -> None:
 def test_unknown_format() -> None:
     with pytest.raises(FormatError, match=r"quantize: unknown quantization format 'q7_k'"):
         quant_blocks.quantize(np.zeros(256, F32), "q7_k")
-    assert set(quant_blocks.CODECS) == set(QUANT_FORMATS)
+    assert set(quant_blocks.CODECS) == set(QTENSOR_FORMATS)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+def test_16_bit_formats_agree_with_gguf(fmt: str) -> None:
+    # ggml's F16/BF16 weights as `QTensorType` storage: little-endian bytes, 2 per element.
+    ggml = {"f16": GGMLQuantizationType.F16, "bf16": GGMLQuantizationType.BF16}[fmt]
+    x = sample((16, 1024), seed=8)
+    x[9, :6] = [np.inf, -np.inf, 0.0, -0.0, 6e-8, 1e-40]  # specials, f16/f32 subnormals
+    blocks = quant_blocks.quantize(x, fmt)
+    assert blocks.shape == QTensorType(fmt, x.shape).storage_shape == (16, 2048)
+    theirs = np.ascontiguousarray(gguf_quants.quantize(x, ggml)).view(np.uint8)
+    np.testing.assert_array_equal(blocks, theirs.reshape(16, 2048))
+    raw = np.random.default_rng(9).integers(0, 256, (8, 512), dtype=np.uint8)  # NaNs included
+    ours = quant_blocks.dequantize(raw, fmt)
+    assert ours.shape == (8, 256)
+    expected = gguf_quants.dequantize(raw.view("<u2") if fmt == "f16" else raw, ggml)
+    np.testing.assert_array_equal(ours.view(np.uint32)[~np.isnan(ours)],
+                                  np.asarray(expected, F32).view(np.uint32)[~np.isnan(ours)])
+    assert np.array_equal(np.isnan(ours), np.isnan(expected))
 
 
 def test_q4_0_element_order() -> None:

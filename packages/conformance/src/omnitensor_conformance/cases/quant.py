@@ -1,7 +1,8 @@
-"""Op-specific samples of the quantized pair `dequantize` / `qmatmul` on every block format.
+"""Op-specific samples of the quantized pair `dequantize` / `qmatmul` on every storage format.
 
 Block bytes are random except the float16 scales, which are set to small finite values (a
-random scale would often be inf/NaN and hide everything else).
+random scale would often be inf/NaN and hide everything else); the 16-bit float formats hold
+random normal values.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from omnitensor.dtypes import DType
-from omnitensor.ir.types import QUANT_FORMATS, QTensorType, TensorType
+from omnitensor.ir import quant_blocks
+from omnitensor.ir.types import HALF_FORMATS, QTENSOR_FORMATS, QTensorType, TensorType
 
 from ..case import Arg, Sample, cases, sample
 
@@ -35,7 +37,10 @@ SCALE_OFFSETS: dict[str, tuple[int, ...]] = {
 
 def blocks(rng: np.random.Generator, type: Any) -> Any:
     """Random ggml blocks with finite float16 scales in [0.001, 0.05)."""
-    fmt = QUANT_FORMATS[type.format]
+    if type.format in HALF_FORMATS:
+        values = rng.standard_normal(type.logical_shape).astype(np.float32)
+        return quant_blocks.quantize(values, type.format)
+    fmt = QTENSOR_FORMATS[type.format]
     raw = rng.integers(0, 256, size=type.storage_shape, dtype=np.uint8)
     view = raw.reshape(-1, fmt.block_bytes)
     for offset in SCALE_OFFSETS.get(type.format, ()):
@@ -46,16 +51,16 @@ def blocks(rng: np.random.Generator, type: Any) -> Any:
 
 @cases("dequantize")
 def _dequantize(dtype: DType) -> Iterator[Sample]:
-    for fmt in QUANT_FORMATS:
-        block = QUANT_FORMATS[fmt].block
+    for fmt in QTENSOR_FORMATS:
+        block = max(QTENSOR_FORMATS[fmt].block, 16)
         q = Arg(QTensorType(fmt, (3, 2 * block)), blocks)
         yield sample(fmt, [q], lambda b, x, f=fmt: b.emit("dequantize", x, format=f, dtype=dtype))
 
 
 @cases("qmatmul")
 def _qmatmul(dtype: DType) -> Iterator[Sample]:
-    for fmt in QUANT_FORMATS:
-        block = QUANT_FORMATS[fmt].block
+    for fmt in QTENSOR_FORMATS:
+        block = max(QTENSOR_FORMATS[fmt].block, 16)
         w = Arg(QTensorType(fmt, (5, 2 * block)), blocks)
         x = Arg(TensorType((3, 2 * block), dtype))
         yield sample(fmt, [x, w], lambda b, a, q, f=fmt: b.emit("qmatmul", a, q, format=f),

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, final
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import FormatError, ShapeError
-from .types import QUANT_FORMATS
+from .types import QTENSOR_FORMATS
 
 __all__ = ["CODECS", "Codec", "dequantize", "quantize"]
 
@@ -338,7 +339,7 @@ class Codec:
     """Quantizer and dequantizer of one format over flat blocks.
 
     Attributes:
-        name: the format (a key of `ir.types.QUANT_FORMATS`).
+        name: the format (a key of `ir.types.QTENSOR_FORMATS`).
         block: logical elements per block.
         block_bytes: bytes per block.
         quantize_blocks: float32 [n, block] -> uint8 [n, block_bytes].
@@ -352,8 +353,27 @@ class Codec:
     dequantize_blocks: Callable[[Array], Array]
 
 
+def _quantize_f16(blocks: Array) -> Array:
+    return _f16_bytes(blocks)
+
+
+def _dequantize_f16(raw: Array) -> Array:
+    return _f16_value(raw)
+
+
+def _quantize_bf16(blocks: Array) -> Array:
+    # NOTE: round to nearest even, NaN kept NaN (quiet), as ggml's GGML_FP32_TO_BF16.
+    return np.ascontiguousarray(blocks.astype(ml_dtypes.bfloat16)).view(np.uint8)
+
+
+def _dequantize_bf16(raw: Array) -> Array:
+    bits = np.ascontiguousarray(raw).view("<u2").astype(np.uint32) << np.uint32(16)
+    out: Array = bits.view(_F32)
+    return out
+
+
 def _codec(name: str, quant: Callable[[Array], Array], dequant: Callable[[Array], Array]) -> Codec:
-    fmt = QUANT_FORMATS[name]
+    fmt = QTENSOR_FORMATS[name]
     return Codec(name, fmt.block, fmt.block_bytes, quant, dequant)
 
 
@@ -364,6 +384,9 @@ CODECS: Final[dict[str, Codec]] = {
         _codec("q4_0", _quantize_q4_0, _dequantize_q4_0),
         _codec("q4_k", _quantize_q4_k, _dequantize_q4_k),
         _codec("q6_k", _quantize_q6_k, _dequantize_q6_k),
+        # ggml's 16-bit float weights (one element per "block")
+        _codec("f16", _quantize_f16, _dequantize_f16),
+        _codec("bf16", _quantize_bf16, _dequantize_bf16),
     )
 }
 

@@ -34,7 +34,7 @@ from ..errors import DTypeError, OmnitensorError, ParseError
 from .builder import infer_types
 from .opdef import OpDef, get_op
 from .program import Function, Input, Instruction, Role
-from .types import QUANT_FORMATS, QTensorType, TensorType, Type, Value
+from .types import QTENSOR_FORMATS, QTensorType, TensorType, Type, Value
 
 __all__ = ["format_attr_value", "format_type", "parse_function", "print_function"]
 
@@ -44,6 +44,8 @@ Array = np.ndarray[Any, Any]
 READABLE_ELEMENTS: Final = 32
 
 _DTYPES: Final[dict[str, DType]] = {d.short: d for d in ALL} | {d.name: d for d in ALL}
+#: IR text spelling of a quantized element type -> its format (`QuantFormat.text`).
+_QTYPES: Final[dict[str, str]] = {f.text: name for name, f in QTENSOR_FORMATS.items()}
 _ROLES: Final[dict[str, Role]] = {r.value: r for r in Role}
 # What a rule may raise, besides OmnitensorError, when handed attributes of the wrong kind.
 _RULE_ERRORS: Final = (TypeError, ValueError, IndexError, KeyError, AttributeError)
@@ -336,12 +338,12 @@ class _Parser:
         dims = self.comma_list("]", self.dimension)
         if token.text in _DTYPES:
             return TensorType(tuple(dims), _DTYPES[token.text])
-        if token.text in QUANT_FORMATS:
+        if token.text in _QTYPES:
             try:
-                return QTensorType(token.text, tuple(dims))
+                return QTensorType(_QTYPES[token.text], tuple(dims))
             except OmnitensorError as exc:
                 raise self.error(token, exc.message) from exc
-        known = ", ".join([d.short for d in ALL] + list(QUANT_FORMATS))
+        known = ", ".join([d.short for d in ALL] + list(_QTYPES))
         raise self.error(token, f"unknown element type {token.text!r} (expected one of {known})")
 
     def dimension(self) -> int:

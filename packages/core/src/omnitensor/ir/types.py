@@ -12,7 +12,8 @@ from typing import Final, final
 from ..dtypes import DType, as_dtype
 from ..errors import ShapeError
 
-__all__ = ["QUANT_FORMATS", "QuantFormat", "QTensorType", "TensorType", "Type", "Value"]
+__all__ = ["HALF_FORMATS", "QTENSOR_FORMATS", "QUANT_FORMATS", "QuantFormat", "QTensorType",
+           "TensorType", "Type", "Value"]
 
 
 @final
@@ -60,14 +61,22 @@ class QuantFormat:
     """A ggml block-quantization format.
 
     Attributes:
-        name: ``"q8_0"``, ``"q4_0"``, ``"q4_k"`` or ``"q6_k"``.
+        name: ``"q8_0"``, ``"q4_0"``, ``"q4_k"``, ``"q6_k"`` ... or ``"f16"``/``"bf16"``.
         block: logical elements per block (along the last logical axis).
         block_bytes: bytes one block occupies.
+        spelling: how the IR text writes the type (default: `name`; the 16-bit formats
+            differ from the dense dtypes of the same name).
     """
 
     name: str
     block: int
     block_bytes: int
+    spelling: str = ""
+
+    @property
+    def text(self) -> str:
+        """The type's name in the IR text."""
+        return self.spelling or self.name
 
 
 QUANT_FORMATS: Final[dict[str, QuantFormat]] = {
@@ -89,6 +98,20 @@ QUANT_FORMATS: Final[dict[str, QuantFormat]] = {
     )
 }
 
+#: ggml's 16-bit float types as weight storage: a 2-D float16/bfloat16 weight that `qmatmul`
+#: reads as it is (widening each element on the fly) instead of a float32 copy. GGUF files hold
+#: them as dense tensors; the model layer wraps matrices in this form (`models.compiled`).
+HALF_FORMATS: Final[dict[str, QuantFormat]] = {
+    f.name: f
+    for f in (
+        QuantFormat("f16", 1, 2, "ggml_f16"),  # IEEE half, little-endian
+        QuantFormat("bf16", 1, 2, "ggml_bf16"),  # the top 16 bits of a float32
+    )
+}
+
+#: Every storage format of `QTensorType`: the block formats and the 16-bit ones.
+QTENSOR_FORMATS: Final[dict[str, QuantFormat]] = {**QUANT_FORMATS, **HALF_FORMATS}
+
 
 @final
 @dataclass(frozen=True)
@@ -104,11 +127,11 @@ class QTensorType:
     logical_shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        if self.format not in QUANT_FORMATS:
-            known = ", ".join(QUANT_FORMATS)
+        if self.format not in QTENSOR_FORMATS:
+            known = ", ".join(QTENSOR_FORMATS)
             raise ShapeError(f"quantized type: unknown format {self.format!r} (expected {known})")
         shape = tuple(int(d) for d in self.logical_shape)
-        fmt = QUANT_FORMATS[self.format]
+        fmt = QTENSOR_FORMATS[self.format]
         if not shape or shape[-1] % fmt.block:
             raise ShapeError(
                 f"quantized type: last axis must be a multiple of {fmt.block} for {self.format} "
@@ -119,7 +142,7 @@ class QTensorType:
     @property
     def storage_shape(self) -> tuple[int, ...]:
         """Shape of the uint8 byte array that holds the blocks."""
-        fmt = QUANT_FORMATS[self.format]
+        fmt = QTENSOR_FORMATS[self.format]
         *lead, last = self.logical_shape
         return (*lead, last // fmt.block * fmt.block_bytes)
 
@@ -134,7 +157,8 @@ class QTensorType:
         return len(self.logical_shape)
 
     def __str__(self) -> str:
-        return f"{self.format}[{','.join(map(str, self.logical_shape))}]"
+        text = QTENSOR_FORMATS[self.format].text
+        return f"{text}[{','.join(map(str, self.logical_shape))}]"
 
 
 Type = TensorType | QTensorType

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..backend.contract import Backend
@@ -22,7 +23,7 @@ from ..errors import ShapeError
 from ..functional import overrides
 from ..io.weights import QuantizedArray
 from ..ir import quant_blocks
-from ..ir.types import QTensorType, TensorType
+from ..ir.types import HALF_FORMATS, QTensorType, TensorType
 from ..tensor.creation import arange
 from ..tensor.graph import Node
 from ..tensor.interop import from_numpy
@@ -36,6 +37,15 @@ from .steps import StepContext, run_steps
 __all__ = ["CompiledModel", "bucket"]
 
 Cache = list[list[Tensor]]
+
+
+def _half(value: Any) -> str | None:
+    """``"f16"``/``"bf16"`` for a 2-D float16/bfloat16 array kept 16-bit (`HALF_FORMATS`)."""
+    if not isinstance(value, np.ndarray) or value.ndim != 2 or not value.flags.c_contiguous:
+        return None
+    if value.dtype == np.float16:
+        return "f16"
+    return "bf16" if value.dtype == ml_dtypes.bfloat16 else None
 
 
 def bucket(n: int) -> int:
@@ -101,8 +111,10 @@ class CompiledModel:
             fn = b.build([b.emit("qmatmul", x, w, format=value.format)])
             reason = self.backend.supports(fn.body[-1])
             if reason is not None:
-                logging.getLogger(__name__).warning(
-                    "%s: %s weights are dequantized to float32 at load (%s)",
+                # 16-bit weights widened at load is the long-standing default: no warning
+                level = logging.INFO if value.format in HALF_FORMATS else logging.WARNING
+                logging.getLogger(__name__).log(
+                    level, "%s: %s weights are dequantized to float32 at load (%s)",
                     self.backend.name, value.format, reason)
             self._quantized_formats[value.format] = reason is None
         return self._quantized_formats[value.format]
@@ -137,6 +149,14 @@ class CompiledModel:
                 node = Node.from_buffer(buffer, value.type, self.backend)
                 return Tensor(node).mark_parameter(name)
             value = value.dequantize()
+        elif _half(value) is not None:
+            # NOTE: a 16-bit float matrix stays 16-bit: `qmatmul` widens it on the fly where
+            # the backend runs the format (float32 everywhere else, as before).
+            fmt = _half(value)
+            assert fmt is not None
+            blocks = np.asarray(value).view(np.uint8).reshape(value.shape[0], -1)
+            return self._upload(name, QuantizedArray(blocks, fmt, tuple(value.shape)),
+                                keep_quantized, table=table, matrix=matrix)
         array = np.asarray(value)
         if array.dtype.kind in "fV" and array.dtype != np.float32:
             array = array.astype(np.float32)  # compute in float32; see the note in the README

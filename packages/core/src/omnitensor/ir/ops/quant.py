@@ -15,7 +15,7 @@ from ...dtypes import FLOATING, DType, float32, float64
 from ...errors import DTypeError, ShapeError
 from .. import quant_blocks, rules
 from ..opdef import OpView, Trait, attribute, operand, primitive
-from ..types import QUANT_FORMATS, QTensorType, TensorType
+from ..types import QTENSOR_FORMATS, QTensorType, TensorType
 
 __all__ = ["DequantizeView", "QMatmulView", "match_dequantize", "match_qmatmul"]
 
@@ -24,10 +24,10 @@ Array = np.ndarray[Any, Any]
 
 def _check_format(op: str, q: QTensorType, format: Any) -> None:
     """`format` must name a known format and equal the quantized operand's own."""
-    if format not in QUANT_FORMATS:
+    if format not in QTENSOR_FORMATS:
         raise DTypeError(
             f"{op}: unknown quantization format {format!r} (expected one of "
-            f"{', '.join(QUANT_FORMATS)})",
+            f"{', '.join(QTENSOR_FORMATS)})",
             op=op,
         )
     if format != q.format:
