@@ -59,6 +59,11 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "argmax": lambda: ([f32(2, 3)], {"axis": 1}),
     "argmin": lambda: ([f32(2, 3)], {"axis": 0}),
     "cumsum": lambda: ([f32(2, 3)], {"axis": 1}),
+    # collectives (world size 1: the identity)
+    "all_reduce": lambda: ([f32(2, 3)], {"reduction": "sum", "world_size": 1}),
+    "all_gather": lambda: ([f32(2, 3)], {"axis": 1, "world_size": 1}),
+    "reduce_scatter": lambda: ([f32(2, 3)], {"reduction": "mean", "axis": 0, "world_size": 1}),
+    "collective_broadcast": lambda: ([f32(2, 3)], {"root": 0, "world_size": 1}),
     # creation
     "iota": lambda: ([], {"shape": (2, 3), "dimension": 1, "dtype": I32}),
     "constant": lambda: ([], {"value": np.arange(6, dtype=np.float32).reshape(2, 3)}),

@@ -131,6 +131,16 @@ def grad_samples() -> list[GradSample]:
     add(GradSample("cumsum", "reverse", ((3, 4),),
                    lambda x: _op("cumsum", x, axis=1, reverse=True)))
     add(GradSample("cumsum", "forward", ((3, 4),), lambda x: _op("cumsum", x, axis=0)))
+    # collectives at world size 1 (the identity): the rules' single-process meaning
+    for reduction in ("sum", "mean", "max", "min"):
+        add(GradSample("all_reduce", reduction, ((2, 3),), lambda x, r=reduction: _op(
+            "all_reduce", x, reduction=r, world_size=1)))
+    add(GradSample("all_gather", "axis1", ((2, 3),),
+                   lambda x: _op("all_gather", x, axis=1, world_size=1)))
+    add(GradSample("reduce_scatter", "axis0", ((2, 3),), lambda x: _op(
+        "reduce_scatter", x, reduction="sum", axis=0, world_size=1)))
+    add(GradSample("collective_broadcast", "root0", ((2, 3),),
+                   lambda x: _op("collective_broadcast", x, root=0, world_size=1)))
     add(GradSample("constant", "scaled", ((2,),),
                    lambda x: x * _op("constant", value=np.asarray(2.0, np.float64))))
     add(GradSample("dot_general", "matmul", ((3, 4), (4, 2)),

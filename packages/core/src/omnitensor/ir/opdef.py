@@ -58,6 +58,7 @@ class Trait(enum.Flag):
     NON_DIFFERENTIABLE = enum.auto()  # no gradient rule: integer/boolean results or piecewise
     MULTI_RESULT = enum.auto()
     COMPOSITE = enum.auto()  # declared with `@composite`: defined by its `decompose`
+    COLLECTIVE = enum.auto()  # communicates across ranks: never folded, merged, hoisted or dropped
 
 
 class _Missing:

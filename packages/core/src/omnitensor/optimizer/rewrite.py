@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import VerificationError
 from ..ir.builder import infer_types, normalize_attrs
-from ..ir.opdef import OpDef, all_ops
+from ..ir.opdef import OpDef, Trait, all_ops
 from ..ir.program import Function, Instruction
 from ..ir.types import TensorType, Value
 from .registry import Pattern
@@ -38,14 +38,19 @@ logger = logging.getLogger(__name__)
 
 Array = np.ndarray[Any, Any]
 
-# Ops with effects beyond their results. None of PTIR's primitives has one (RNG is keyed: the same
-# key gives the same bits), so this only grows when an op with effects is declared.
-_IMPURE: set[str] = set()
+# Ops with effects beyond their results: the collectives (`Trait.COLLECTIVE`; every rank must run
+# them, in the same order). RNG is keyed (the same key gives the same bits), so it is pure.
+_IMPURE: dict[str, bool] = {}
 
 
 def is_pure(op: str) -> bool:
-    """True when an instruction of `op` may be removed or merged when its results are unused."""
-    return op not in _IMPURE
+    """True when an instruction of `op` may be removed, merged, folded or hoisted."""
+    impure = _IMPURE.get(op)
+    if impure is None:
+        opdef = opdef_or_none(op)
+        impure = opdef is not None and opdef.has(Trait.COLLECTIVE)
+        _IMPURE[op] = impure
+    return not impure
 
 
 _OPDEFS: dict[str, OpDef] = {}

@@ -39,7 +39,8 @@ def vjp(op: str) -> Callable[[VJP], VJP]:
 
 
 def _load() -> None:
-    from . import composite, creation, elementwise, indexing, linalg, movement, reduce  # noqa: F401
+    from . import (  # noqa: F401
+        collective, composite, creation, elementwise, indexing, linalg, movement, reduce)
 
 
 def registered() -> dict[str, VJP]:

@@ -1,5 +1,6 @@
 """Op declarations, one module per family; importing this package registers every op."""
 
+from .collective import *  # noqa: F403
 from .composite import *  # noqa: F403
 from .creation import *  # noqa: F403
 from .custom import *  # noqa: F403

@@ -21,7 +21,7 @@ from ...ir.opdef import Trait
 from ...ir.program import Instruction
 from ...ir.types import TensorType, Value
 from ..registry import pattern
-from ..rewrite import Rewriter, constant_array, opdef_or_none
+from ..rewrite import Rewriter, constant_array, is_pure, opdef_or_none
 
 __all__ = ["DEFAULT_FOLD_LIMIT", "PASS_NAME", "fold_limit"]
 
@@ -67,7 +67,7 @@ def _literal(rw: Rewriter, value: Value, limit: int) -> Array | None:
 def fold_constants(rw: Rewriter, inst: Instruction) -> bool:
     """op(constants...) -> constant, evaluated by the reference kernel (results <= fold limit)."""
     limit = _LIMIT.get()
-    if not inst.operands or inst.op in _NEVER_FOLD or limit <= 0:
+    if not inst.operands or inst.op in _NEVER_FOLD or limit <= 0 or not is_pure(inst.op):
         return False
     if not all(isinstance(v.type, TensorType) for v in inst.results):
         return False
