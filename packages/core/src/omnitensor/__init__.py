@@ -4,6 +4,7 @@ The public API lives here; everything else is importable from its own module.
 """
 
 from . import array_api as array_api
+from . import distributed as distributed
 from . import dtypes as dtypes
 from . import errors as errors
 from . import functional as functional
@@ -176,6 +177,7 @@ from .tensor.tensor import realize as realize
 __version__ = "0.1.0"
 
 __all__ = [
+    "distributed",
     "load", "save", "array_api",
     "Backend", "Tensor", "abs", "acos", "acosh", "add", "all", "amax", "amin", "any", "arange",
     "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "bfloat16", "bitwise_and",

@@ -15,13 +15,17 @@ __all__ = [
     "BackendError",
     "BackendNotInstalledError",
     "BackendUnavailableError",
+    "CollectiveMismatchError",
     "DTypeError",
+    "DistributedError",
+    "DistributedTimeoutError",
     "FormatError",
     "GenerationArgumentError",
     "IndexOutOfRangeError",
     "OmnitensorError",
     "ParseError",
     "PluginError",
+    "RankFailedError",
     "ShapeError",
     "SpecError",
     "TraceError",
@@ -128,3 +132,28 @@ class PluginError(OmnitensorError, RuntimeError):
     def __init__(self, message: str, *, plugin: str | None = None, **fields: Any) -> None:
         super().__init__(message, **fields)
         self.plugin = plugin
+
+
+class DistributedError(OmnitensorError, RuntimeError):
+    """A distributed job cannot go on: launch, communicator or collective failure.
+
+    Args:
+        message: what went wrong, naming the ranks involved.
+        ranks: the ranks at fault (the one that raised or died, or those that never arrived).
+    """
+
+    def __init__(self, message: str, *, ranks: Sequence[int] = (), **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.ranks = tuple(ranks)
+
+
+class RankFailedError(DistributedError):
+    """Another rank raised an exception (its message is included) or died."""
+
+
+class DistributedTimeoutError(DistributedError, TimeoutError):
+    """A collective waited longer than the timeout for some ranks (named in the message)."""
+
+
+class CollectiveMismatchError(DistributedError, ShapeError):
+    """Ranks called a collective with different ops, shapes, dtypes or attributes."""

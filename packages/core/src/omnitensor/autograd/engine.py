@@ -14,8 +14,10 @@ any backend like the forward.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DTypeError, OmnitensorError, ShapeError
@@ -25,7 +27,29 @@ from .mode import _enabled, set_grad_enabled
 if TYPE_CHECKING:
     from ..tensor.tensor import Tensor
 
-__all__ = ["GradNode", "Leaf", "OpNode", "backward", "record_op", "run_backward"]
+__all__ = ["GradNode", "Leaf", "OpNode", "backward", "gradient_transform", "record_op",
+           "run_backward"]
+
+#: ``(leaves, grads) -> grads``: applied by `backward` before gradients reach ``.grad``.
+GradientTransform = Callable[[Sequence["Tensor"], Sequence["Tensor"]], Sequence["Tensor"]]
+_TRANSFORM: contextvars.ContextVar[GradientTransform | None] = contextvars.ContextVar(
+    "omnitensor_gradient_transform", default=None)
+
+
+@contextlib.contextmanager
+def gradient_transform(transform: GradientTransform) -> Iterator[None]:
+    """Within the block, `backward` passes each call's new gradients through `transform`.
+
+    `transform` receives the leaves and the gradients this ``backward`` computed for them (before
+    accumulation into ``.grad``) and returns one gradient per leaf: data-parallel training
+    all-reduces them here (``omnitensor.distributed.DataParallel``). Context-local; scopes nest
+    (the innermost wins).
+    """
+    token = _TRANSFORM.set(transform)
+    try:
+        yield
+    finally:
+        _TRANSFORM.reset(token)
 
 Grads = tuple["Tensor | None", ...]
 
@@ -280,10 +304,16 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, *,
     else:
         gradient = as_tensor(gradient).astype(tensor.dtype)
     found = run_backward([tensor], [gradient], create_graph=create_graph)
-    for leaf, grad in found.values():
-        target = leaf.tensor()
-        if target is None:
-            continue
+    pairs = [(leaf.tensor(), grad) for leaf, grad in found.values()]
+    live = [(target, grad) for target, grad in pairs if target is not None]
+    transform = _TRANSFORM.get()
+    if transform is not None and live:
+        new = list(transform([t for t, _ in live], [g for _, g in live]))
+        if len(new) != len(live):
+            raise OmnitensorError(f"backward: the gradient transform returned {len(new)} "
+                                  f"gradients (expected {len(live)}, one per leaf)")
+        live = [(t, g) for (t, _), g in zip(live, new, strict=True)]
+    for target, grad in live:
         if grad.dtype != target.dtype:
             grad = grad.astype(target.dtype)
         if not create_graph:

@@ -9,6 +9,7 @@ from .contract import Backend as Backend
 from .contract import Capabilities as Capabilities
 from .contract import Executable as Executable
 from .hookspecs import BackendSpec as BackendSpec
+from .hookspecs import CommunicatorSpec as CommunicatorSpec
 from .hookspecs import FunctionalAlternative as FunctionalAlternative
 from .hookspecs import hookimpl as hookimpl
 from .hookspecs import hookspec as hookspec
@@ -28,6 +29,7 @@ __all__ = [
     "BackendInfo",
     "BackendSpec",
     "Capabilities",
+    "CommunicatorSpec",
     "Executable",
     "FunctionalAlternative",
     "backend_passes",

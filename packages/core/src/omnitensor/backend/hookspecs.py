@@ -52,16 +52,19 @@ import pluggy
 
 if TYPE_CHECKING:
     from ..ir.types import Type
+    from .communicators import Communicator
     from .contract import Backend
 
 __all__ = [
     "PROJECT_NAME",
     "BackendSpec",
+    "CommunicatorSpec",
     "FunctionalAlternative",
     "hookimpl",
     "hookspec",
     "omnitensor_prepare_weight",
     "omnitensor_register_backends",
+    "omnitensor_register_communicators",
     "omnitensor_register_functionals",
     "omnitensor_register_passes",
     "omnitensor_wrap_backend",
@@ -111,6 +114,35 @@ class BackendSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommunicatorSpec:
+    """How a plugin declares one communicator (returned by `omnitensor_register_communicators`).
+
+    A communicator moves host buffers between the processes of a distributed job (MPI, NCCL);
+    ``omnitensor.distributed`` picks one when the process was started by a launcher.
+
+    Attributes:
+        name: the communicator's name, as used by ``OMNITENSOR_COMMUNICATOR`` (``"mpi"``).
+        contract_version: the `communicators.COMMUNICATOR_CONTRACT_VERSION` it was written
+            against, as a literal.
+        factory: ``(timeout) -> Communicator``, called at most once per process, by
+            ``omnitensor.distributed.init``; `timeout` is the seconds a collective may wait for
+            the other ranks before it raises. Heavy imports (mpi4py, CuPy) and joining the job
+            belong here.
+        probe: cheap check: None when it can run here, else the reason ("mpi4py is not
+            installed"). Must not initialize the communication library.
+        priority: higher wins when ``OMNITENSOR_COMMUNICATOR`` is unset.
+        distribution: the pip distribution that provides it (``"omnitensor-comm-mpi"``).
+    """
+
+    name: str
+    contract_version: int
+    factory: Callable[[float], Communicator]
+    probe: Callable[[], str | None] | None = None
+    priority: int = 0
+    distribution: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class FunctionalAlternative:
     """One named alternative implementation of a functional family (DESIGN §6).
 
@@ -145,6 +177,25 @@ def omnitensor_register_backends() -> Sequence[BackendSpec]:
 
     Returns:
         A list (possibly empty, e.g. for a plugin that only wraps backends) of `BackendSpec`.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def omnitensor_register_communicators() -> Sequence[CommunicatorSpec]:
+    """Declare the communicators this plugin provides (multi-process collectives).
+
+    Called once per compatible plugin, the first time communicators are listed or
+    ``omnitensor.distributed.init`` needs one (never at import). Not ``firstresult``: every
+    plugin's list is collected. The ``contract_version`` of each spec is compared with
+    `communicators.COMMUNICATOR_CONTRACT_VERSION` before the spec can be used; a mismatch lists
+    the communicator as unavailable with both versions. An exception marks this plugin's
+    communicators unavailable with the error as the reason.
+
+    Must be cheap: return `CommunicatorSpec` objects only; do not import mpi4py or join a job.
+
+    Returns:
+        A list (possibly empty) of `CommunicatorSpec`.
     """
     raise NotImplementedError
 

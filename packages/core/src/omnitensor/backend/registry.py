@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pluggy
@@ -26,7 +27,7 @@ from .._logging import configure_logging
 from ..errors import BackendNotInstalledError, BackendUnavailableError, PluginError
 from . import hookspecs
 from .contract import CONTRACT_VERSION, Backend
-from .hookspecs import PROJECT_NAME, BackendSpec, FunctionalAlternative
+from .hookspecs import PROJECT_NAME, BackendSpec, CommunicatorSpec, FunctionalAlternative
 from .isolation import PluginFailure, call_plugin, describe, probe_timeout
 from .records import BackendEntry as _Entry
 from .records import BackendInfo
@@ -42,7 +43,9 @@ from .rules import (
 __all__ = [
     "ENTRY_POINT_GROUP",
     "BackendInfo",
+    "CommunicatorEntry",
     "backend_passes",
+    "communicator_entries",
     "current_backend_name",
     "functional_alternatives",
     "get_backend",
@@ -108,6 +111,7 @@ class _Registry:
         self._resolved: dict[str, str] = {}
         self._functionals: list[FunctionalAlternative] | None = None
         self._passes: dict[str, list[Any]] = {}
+        self._communicators: list[CommunicatorEntry] | None = None
 
     # --- discovery --------------------------------------------------------------------------
 
@@ -176,6 +180,7 @@ class _Registry:
             self._resolved.clear()
             self._functionals = None
             self._passes.clear()
+            self._communicators = None
 
     def _register(self, plugin: _Plugin, obj: object) -> None:
         plugin.obj = obj
@@ -516,6 +521,45 @@ class _Registry:
                 self._functionals = found
             return list(self._functionals)
 
+    def communicators(self) -> list[CommunicatorEntry]:
+        """Every communicator spec of active plugins, with its static reason (collected once)."""
+        from .communicators import COMMUNICATOR_CONTRACT_VERSION
+
+        with self._lock:
+            if self._communicators is None:
+                found: list[CommunicatorEntry] = []
+                for plugin in self._active_plugins():
+                    try:
+                        items = self._call_one(plugin, "omnitensor_register_communicators")
+                        if items is _NO_IMPL:
+                            continue
+                        if not isinstance(items, list | tuple) or not all(
+                                isinstance(i, CommunicatorSpec) for i in items):
+                            raise PluginFailure(f"returned {items!r:.80} (expected a list of "
+                                                "CommunicatorSpec)")
+                    except PluginFailure as failure:
+                        self._hook_failed(plugin, "omnitensor_register_communicators",
+                                          failure.reason)
+                        found.append(CommunicatorEntry(plugin.name, plugin.name, None,
+                                                       plugin.distribution, plugin.error))
+                        continue
+                    for spec in items:
+                        reason = None
+                        if spec.contract_version != COMMUNICATOR_CONTRACT_VERSION:
+                            remedy = ("upgrade omnitensor" if spec.contract_version
+                                      > COMMUNICATOR_CONTRACT_VERSION else
+                                      f"upgrade {spec.distribution or plugin.distribution}")
+                            reason = (f"incompatible communicator contract (got version "
+                                      f"{spec.contract_version}, expected "
+                                      f"{COMMUNICATOR_CONTRACT_VERSION} by omnitensor); {remedy}")
+                        if any(e.name == spec.name for e in found):
+                            reason = f"name {spec.name!r} already registered by another plugin"
+                        found.append(CommunicatorEntry(
+                            spec.name, plugin.name, spec,
+                            spec.distribution or plugin.distribution, reason))
+                self._communicators = found
+            return list(self._communicators)
+
     def passes(self, backend_name: str) -> list[Any]:
         """Passes contributed for `backend_name` (collected once per name)."""
         with self._lock:
@@ -599,6 +643,22 @@ class _Registry:
             except PluginFailure as failure:
                 logger.error("closing backend %r failed: %s", name, failure.reason)
         self._instances.clear()
+
+
+@dataclass(frozen=True)
+class CommunicatorEntry:
+    """A communicator found by discovery (`communicators` module reads these)."""
+
+    name: str
+    plugin: str
+    spec: CommunicatorSpec | None
+    distribution: str | None
+    reason: str | None
+
+
+def communicator_entries() -> list[CommunicatorEntry]:
+    """Every communicator registered by compatible plugins (see ``backend.communicators``)."""
+    return _registry().communicators()
 
 
 def _contract_message(spec: BackendSpec, plugin: _Plugin) -> str:
