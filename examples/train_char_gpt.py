@@ -261,7 +261,7 @@ def compiled_step(model: CharGPT, opt: nn.AdamW) -> Any:
     and rebind the parameters, gradients and optimizer state. Returns the loss.
     """
 
-    @ot.compile
+    @ot.distributed.data_parallel(opt)  # was @ot.compile: one process or `mpiexec -n N`
     def train_step(x: ot.Tensor, y: ot.Tensor) -> ot.Tensor:
         loss = cross_entropy(model(x), y)
         opt.zero_grad()

@@ -62,7 +62,7 @@ def main() -> None:
     schedule = nn.CosineWithWarmup(opt, warmup_steps=20, total_steps=args.steps,
                                    min_lr=args.lr / 10)
 
-    @ot.compile
+    @ot.distributed.data_parallel(opt)  # was @ot.compile: one process or `mpiexec -n N`
     def train_step(x: ot.Tensor, y: ot.Tensor) -> ot.Tensor:
         """Forward, backward, clipping and AdamW update: traced once, then replayed."""
         loss = cross_entropy(model(x), y)

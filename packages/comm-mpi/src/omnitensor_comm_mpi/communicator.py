@@ -114,7 +114,7 @@ class MPICommunicator(Communicator):
     def all_gather(self, x: Array, *, axis: int) -> Array:
         """Every rank's `x` along `axis`, in rank order (``Iallgather``)."""
         self._check("all_gather", x, f"axis={axis}")
-        send = np.ascontiguousarray(x)
+        send = _contiguous(x)
         out = np.empty((self._size, *send.shape), send.dtype)
         self._wait([self._data.Iallgather(_bytes(send), _bytes(out))], "all_gather")
         if axis == 0:
@@ -294,9 +294,14 @@ def _bytes(array: Array) -> list[Any]:
     return [array.reshape(-1).view(np.uint8), MPI.BYTE]
 
 
+def _contiguous(x: Array) -> Array:
+    """`x` itself when C-contiguous (no copy), else a C-ordered copy (0-d stays 0-d)."""
+    return x if x.flags.c_contiguous else np.array(x, order="C")
+
+
 def _reducible(x: Array) -> tuple[Array, Callable[[Array], Array]]:
     """`x` as a contiguous array of an MPI-native dtype, and the way back to x's dtype."""
     if x.dtype.name in _WIDEN:
         dtype = x.dtype
-        return np.ascontiguousarray(x, np.float32), lambda out: out.astype(dtype)
-    return np.ascontiguousarray(x), lambda out: out
+        return x.astype(np.float32, order="C"), lambda out: out.astype(dtype)
+    return _contiguous(x), lambda out: out

@@ -233,7 +233,7 @@ class _Step:
         def step(*args: Any, **kwargs: Any) -> Any:
             with owner.synchronize():
                 result = fn(*args, **kwargs)
-            return _average_outputs(result)
+            return _average_outputs(result) if world_size() > 1 else result
 
         self.compiled = compile_fn(step)
         self.__doc__ = fn.__doc__
