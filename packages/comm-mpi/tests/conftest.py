@@ -95,3 +95,13 @@ def shared_tmp() -> Path:
 
     name = tempfile.mkdtemp(prefix="ot-dist-") if dist.rank() == 0 else None
     return Path(dist.communicator().broadcast_object(name))
+
+
+@pytest.fixture(scope="session")
+def bert(shared_tmp: Path) -> Path:
+    """The tiny BERT folder, written by rank 0 into the shared folder."""
+    folder = shared_tmp / "bert"
+    if dist.rank() == 0:
+        write_bert(folder)
+    dist.barrier()
+    return folder

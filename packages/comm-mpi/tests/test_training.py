@@ -118,9 +118,9 @@ def test_checkpoint_written_by_rank_0_loads_on_every_rank(shared_tmp: Path) -> N
     dist.broadcast_parameters(opt)
     xs, ys = _data("float32")
     _train(model, opt, xs[:2], ys[:2], dist.data_parallel(opt))
-    path = shared_tmp / "ckpt.safetensors"
+    path = shared_tmp / "ckpt" / "ckpt.safetensors"
     dist.save_checkpoint(path, model, opt)
-    files = sorted(p.name for p in shared_tmp.iterdir())
+    files = sorted(p.name for p in path.parent.iterdir())
     assert files == ["ckpt.safetensors", "ckpt.safetensors.optimizer.json",
                      "ckpt.safetensors.optimizer.safetensors"]
     other, other_opt = _model("float32", seed=99)

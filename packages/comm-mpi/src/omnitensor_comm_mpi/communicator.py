@@ -9,9 +9,9 @@ Every collective runs in two phases on two duplicates of ``COMM_WORLD``:
    (no copy for contiguous arrays of MPI-native dtypes).
 
 Both phases are waited for by polling (``Testall``), which also watches the control channel for
-a failure notice: a rank whose Python raises (`sys.excepthook`) prints its traceback, tells every
-other rank, waits until they acknowledge (at most the timeout), then aborts the job. So the
-others stop with `RankFailedError` naming it, never a silent hang.
+a failure notice: a rank whose Python raises (`sys.excepthook`) prints its traceback and tells
+every other rank; they stop with `RankFailedError` naming it, print it and acknowledge; once all
+have (or the timeout passed) it aborts the job. Never a silent hang.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class MPICommunicator(Communicator):
         self._size = world.Get_size()
         self._seq = 0
         self._notified = False
+        self._failed_peer: int | None = None
         self._previous_hook: Callable[..., Any] | None = None
         if self._size > 1:
             self._previous_hook = sys.excepthook
@@ -240,7 +241,7 @@ class MPICommunicator(Communicator):
         box = np.empty(size, np.uint8)
         self._ctrl.Recv(box, source=source, tag=_TAG_FAULT)
         message = box.tobytes().decode(errors="replace")
-        self._ctrl.Isend(np.zeros(1, np.uint8), dest=source, tag=_TAG_ACK)
+        self._failed_peer = source
         self._notified = True  # the failure is known everywhere: do not notify again
         raise RankFailedError(
             f"{what}: rank {source} failed, so rank {self._rank} stops: {message}",
@@ -253,13 +254,20 @@ class MPICommunicator(Communicator):
         """Print the error, tell every other rank, wait for their acknowledgements, abort."""
         previous = self._previous_hook or sys.__excepthook__
         previous(kind, exc, tb)
+        sys.stdout.flush()
         sys.stderr.flush()
-        if not self._notified and not isinstance(exc, (RankFailedError, KeyboardInterrupt)):
+        if self._failed_peer is not None:
+            # Printed: tell the failed rank, which aborts the job once every rank has said so
+            # (so no rank is killed while it prints); abort ourselves if it never does.
+            self._ctrl.Isend(np.zeros(1, np.uint8), dest=self._failed_peer, tag=_TAG_ACK)
+            time.sleep(self._timeout)
+        elif not self._notified and not isinstance(exc, KeyboardInterrupt):
             self.notify_failure(f"{kind.__name__}: {exc}")
         MPI.COMM_WORLD.Abort(1)
 
     def notify_failure(self, message: str) -> None:
-        """Tell every other rank that this one failed; wait (at most the timeout) for acks.
+        """Tell every other rank that this one failed; wait (at most the timeout) for their acks
+        (each sends one once it has printed its `RankFailedError`).
 
         Called by the except hook; callers that catch an error themselves may call it too.
         """

@@ -298,6 +298,7 @@ def save_checkpoint(path: str | os.PathLike[str], model: Module,
 
     target = Path(path)
     if rank() == 0:
+        target.parent.mkdir(parents=True, exist_ok=True)
         save(model, target)
         if optimizer is not None:
             state = optimizer.state_dict()
