@@ -2,7 +2,9 @@
 
 Lists every entry point of ``omnitensor.backends`` (distribution, version, contract, availability
 with its reason, devices, priority), names the backend ``OMNITENSOR_BACKEND`` selects now, and
-runs ``exp(x) + x`` on each available backend against the reference interpreter.
+runs ``exp(x) + x`` on each available backend against the reference interpreter. Communicators
+(``omnitensor_register_communicators``) are listed after the backends, with how this process was
+launched (mpiexec, srun or a single process).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import registry
+from ..backend.communicators import detect_launch, list_communicators
 from ..backend.contract import CONTRACT_VERSION
 from ..dtypes import float32
 from ..errors import OmnitensorError
@@ -113,7 +116,10 @@ def collect(*, with_smoke: bool = True) -> dict[str, Any]:
         )
         row["smoke"] = smoke(info.name) if with_smoke and info.available else None
         rows.append(row)
+    launch = detect_launch()
     return {
+        "launch": dataclasses.asdict(launch),
+        "communicators": [dataclasses.asdict(c) for c in list_communicators()],
         "contract_version": CONTRACT_VERSION,
         "OMNITENSOR_BACKEND": os.environ.get("OMNITENSOR_BACKEND"),
         "OMNITENSOR_DISABLE_PLUGINS": os.environ.get("OMNITENSOR_DISABLE_PLUGINS"),
@@ -158,7 +164,27 @@ def render(doc: Mapping[str, Any]) -> str:
         lines.append(f"selected: {doc['selected']}")
     else:
         lines.append(f"selected: none: {doc['selection_error']}")
+    lines.extend(_communicator_lines(doc))
     return "\n".join(lines)
+
+
+def _communicator_lines(doc: Mapping[str, Any]) -> list[str]:
+    launch = doc.get("launch") or {}
+    lines = ["", "communicators (multi-process; omnitensor.distributed):"]
+    if not doc.get("communicators"):
+        lines.append("  (none installed: pip install omnitensor-comm-mpi for mpiexec/srun jobs)")
+    for row in doc.get("communicators", []):
+        state = f"priority {row['priority']}" if row["available"] else "UNAVAILABLE"
+        lines.append(f"  {row['name']:<8} {row['distribution'] or '?':<32} contract "
+                     f"{row['contract_version']}  {state}")
+        if not row["available"]:
+            lines.append(f"      reason: {row['reason']}")
+    if launch.get("launcher"):
+        lines.append(f"launched by: {launch['launcher']} ({launch['variable']}={launch['rank']},"
+                     f" world size {launch['world_size']})")
+    else:
+        lines.append("launched by: nothing (a single process: world size 1)")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
