@@ -60,7 +60,8 @@ def _train(model: Net, opt: nn.AdamW, xs: np.ndarray, ys: np.ndarray, wrap: obje
         opt.step()
         return loss
 
-    return [float(step(ot.from_numpy(x), ot.from_numpy(y)).item()) for x, y in zip(xs, ys)]
+    pairs = zip(xs, ys, strict=True)
+    return [float(step(ot.from_numpy(x), ot.from_numpy(y)).item()) for x, y in pairs]
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [("float32", 1e-6), ("float64", 1e-12)])

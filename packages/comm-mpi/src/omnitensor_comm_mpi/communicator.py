@@ -20,7 +20,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final
@@ -71,8 +70,8 @@ class MPICommunicator(Communicator):
         world = MPI.COMM_WORLD
         self._data = world.Dup()
         self._ctrl = world.Dup()
-        self._rank = world.Get_rank()
-        self._size = world.Get_size()
+        self._rank = int(world.Get_rank())
+        self._size = int(world.Get_size())
         self._seq = 0
         self._notified = False
         self._failed_peer: int | None = None
@@ -266,8 +265,9 @@ class MPICommunicator(Communicator):
         MPI.COMM_WORLD.Abort(1)
 
     def notify_failure(self, message: str) -> None:
-        """Tell every other rank that this one failed; wait (at most the timeout) for their acks
-        (each sends one once it has printed its `RankFailedError`).
+        """Tell every other rank that this one failed; wait (at most the timeout) for acks.
+
+        Each rank acknowledges once it has printed its `RankFailedError`.
 
         Called by the except hook; callers that catch an error themselves may call it too.
         """

@@ -51,11 +51,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Load the encoder, embed the texts, print; returns the exit status."""
+    from .. import distributed
     from ..runtime import Encoder
     from ..runtime.names import resolve_model
     from ..tensor.realize import stats
-
-    from .. import distributed
 
     if args.batch_size < 1:
         print(f"omnitensor embed: --batch-size must be >= 1 (got {args.batch_size})",

@@ -1,5 +1,6 @@
-"""Scale-out across processes and machines: the process group, collectives on tensors,
-data-parallel training and sharded inference (``docs/distributed.md``).
+"""Scale-out across processes and machines (``docs/distributed.md``).
+
+The process group, collectives on tensors, data-parallel training and sharded inference.
 
 Run a script under ``mpiexec -n 2 python script.py`` (or ``srun``) with
 ``omnitensor-comm-mpi`` installed; a plain ``python script.py`` is world size 1 and needs no MPI.

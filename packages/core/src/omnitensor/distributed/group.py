@@ -1,5 +1,7 @@
-"""The process group: `init` (launch detection, communicator), `rank`, `world_size`, `barrier`,
-and the collectives on tensors (recorded as PTIR ops, so they live inside compiled programs).
+"""The process group (`init`, `rank`, `world_size`, `barrier`) and collectives on tensors.
+
+`init` detects the launcher and picks a communicator; the collectives are recorded as PTIR
+ops, so they live inside compiled programs.
 
 No communication library is imported here: a multi-process launch uses the communicator a
 plugin registers (``omnitensor-comm-mpi``); a plain process runs as world size 1.

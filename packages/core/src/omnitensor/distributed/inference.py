@@ -1,5 +1,6 @@
-"""Sharded inference: a corpus or a list of prompts split across ranks in contiguous blocks and
-gathered back in input order on rank 0 (other ranks get None).
+"""Sharded inference: texts or prompts split across ranks, gathered in input order on rank 0.
+
+Each rank takes a contiguous block; other ranks than the root get None back.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Data-parallel training: parameters broadcast from a root, batches sharded by rank, gradients
-all-reduced in buckets inside ``backward``, rank-0 checkpoints loadable at any world size.
+"""Data-parallel training: replicated parameters, sharded batches, bucketed gradients.
+
+Parameters are broadcast from a root, batches sharded by rank, gradients all-reduced in buckets
+inside ``backward``; checkpoints are written by rank 0 and load at any world size.
 
 The one-line change that makes a training script data-parallel is its decorator:
 ``@omnitensor.compile`` becomes ``@omnitensor.distributed.data_parallel(optimizer)``.
@@ -315,8 +317,9 @@ def save_checkpoint(path: str | os.PathLike[str], model: Module,
 
 def load_checkpoint(path: str | os.PathLike[str], model: Module,
                     optimizer: Optimizer | None = None, *, root: int = 0) -> None:
-    """Rank `root` reads a checkpoint written by `save_checkpoint` (at any world size) and every
-    rank receives it, so the files need to exist on `root` only.
+    """Rank `root` reads a `save_checkpoint` checkpoint (any world size); every rank gets it.
+
+    The files need to exist on `root` only.
 
     Raises:
         FormatError: a malformed file (on `root`; other ranks get a `RankFailedError`).

@@ -39,8 +39,7 @@ def vjp(op: str) -> Callable[[VJP], VJP]:
 
 
 def _load() -> None:
-    from . import (  # noqa: F401
-        collective, composite, creation, elementwise, indexing, linalg, movement, reduce)
+    from . import collective, composite, creation, elementwise, indexing, linalg, movement, reduce  # noqa: F401
 
 
 def registered() -> dict[str, VJP]:

@@ -1,5 +1,6 @@
-"""Collectives across the ranks of a distributed job: all_reduce, all_gather, reduce_scatter,
-collective_broadcast (StableHLO's names).
+"""Collectives across the ranks of a job: all_reduce, all_gather, reduce_scatter, broadcast.
+
+The names are StableHLO's (the broadcast is ``collective_broadcast``).
 
 Each op records the world size it was built for (an attribute, so shapes are static). The
 reference kernel hands its host arrays to the process's communicator (`set_collective_runtime`,
