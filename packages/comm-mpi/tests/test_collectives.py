@@ -158,3 +158,27 @@ def test_objects_and_barrier() -> None:
     assert comm.all_gather_bytes(b"" if dist.rank() else b"x") == [
         b"x", *([b""] * (dist.world_size() - 1))]
     dist.barrier()
+
+
+def test_pooled_result_buffers_are_never_shared_while_alive() -> None:
+    w = dist.world_size()
+    n = 1 << 17  # 512 KiB of float32: above the pool's threshold
+    comm = dist.communicator()
+    kept = [comm.all_reduce(np.full(n, float(k + dist.rank()), np.float32), reduction="sum")
+            for k in range(6)]  # more than the pool holds, all alive
+    for k, got in enumerate(kept):
+        np.testing.assert_array_equal(got, np.full(n, sum(k + r for r in range(w)), np.float32))
+    addresses = {got.__array_interface__["data"][0] for got in kept}
+    assert len(addresses) == len(kept)
+    first = kept[0].__array_interface__["data"][0]
+    del kept, got
+    again = comm.all_reduce(np.ones(n, np.float32), reduction="sum")  # may reuse a freed one
+    np.testing.assert_array_equal(again, np.full(n, w, np.float32))
+    assert again.flags.writeable
+    tensors = [dist.all_reduce(ot.from_numpy(np.full(n, 2.0 * k, np.float32)), "sum")
+               for k in range(3)]
+    for t in tensors:
+        t.realize()
+    for k, t in enumerate(tensors):
+        np.testing.assert_array_equal(t.numpy(), np.full(n, 2.0 * k * w, np.float32))
+    assert isinstance(first, int)
