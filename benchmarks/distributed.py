@@ -15,7 +15,8 @@ and OpenMP 1) and prints, from one run:
   check, nonblocking ``Iallreduce`` on the tensor's own buffer into a pooled result buffer)
   against mpi4py's raw blocking ``Allreduce`` of the same numpy buffer into a preallocated
   output, rounds interleaved; the medians, the bus bandwidth ``2 (n-1)/n x bytes / time`` and
-  omnitensor's overhead (target: <= 10 %).
+  omnitensor's overhead (target: <= 10 %), with and without the descriptor check
+  (``OMNITENSOR_MPI_CHECK=0``).
 
 ``--backend`` picks the backend (default cpu). Timings are medians of rounds on a shared
 machine; the load average is printed with them.
@@ -186,24 +187,29 @@ def _allreduce(rounds: int) -> list[dict[str, Any]]:
         world.Allreduce(buf, out)
         if not np.array_equal(got, out):
             raise SystemExit("all_reduce: omnitensor and mpi4py disagree")
-        raw_t, omni_t = [], []
+        comm: Any = dist.communicator()
+        raw_t, omni_t, bare_t = [], [], []
         for _ in range(rounds):
             world.Barrier()
             start = time.perf_counter()
             world.Allreduce(buf, out)
             raw_t.append(time.perf_counter() - start)
-            world.Barrier()
-            start = time.perf_counter()
-            # realize, not .numpy(): numpy() hands the caller a copy, which is not the collective
-            dist.all_reduce(tensor, "sum").realize()
-            omni_t.append(time.perf_counter() - start)
+            for checks, times in ((True, omni_t), (False, bare_t)):
+                comm.checks = checks
+                world.Barrier()
+                start = time.perf_counter()
+                # realize, not .numpy(): numpy() hands the caller a copy, not the collective's
+                dist.all_reduce(tensor, "sum").realize()
+                times.append(time.perf_counter() - start)
+        comm.checks = True
         raw, omni = statistics.median(raw_t), statistics.median(omni_t)
+        bare = statistics.median(bare_t)
         rows.append({"mib": mib, "raw_s": raw, "omni_s": omni,
                      "raw_busbw_gbs": 2 * (world.Get_size() - 1) / world.Get_size()
                      * buf.nbytes / raw / 1e9,
                      "omni_busbw_gbs": 2 * (world.Get_size() - 1) / world.Get_size()
                      * buf.nbytes / omni / 1e9,
-                     "overhead": omni / raw - 1})
+                     "overhead": omni / raw - 1, "bare_s": bare, "bare_overhead": bare / raw - 1})
     return rows
 
 
@@ -279,11 +285,13 @@ def main() -> None:
     print(f"\nall-reduce (sum, float32) on 2 ranks, {t1['params']} training parameters = "
           f"{t1['params'] * 4 / 2**20:.1f} MiB of gradients per step")
     print(f"{'size':>8} {'mpi4py Allreduce':>18} {'omnitensor':>12} {'busbw raw':>11} "
-          f"{'busbw omni':>11} {'overhead':>9}")
+          f"{'busbw omni':>11} {'overhead':>9} {'unchecked':>12} {'overhead':>9}")
     for row in two["allreduce"]:
         print(f"{row['mib']:>5} MiB {row['raw_s'] * 1e3:>15.2f} ms {row['omni_s'] * 1e3:>9.2f} ms "
               f"{row['raw_busbw_gbs']:>7.2f} GB/s {row['omni_busbw_gbs']:>6.2f} GB/s "
-              f"{row['overhead']:>+8.1%}")
+              f"{row['overhead']:>+8.1%} {row['bare_s'] * 1e3:>9.2f} ms "
+              f"{row['bare_overhead']:>+8.1%}")
+    print("(unchecked: OMNITENSOR_MPI_CHECK=0, no descriptor exchange before the collective)")
 
 
 if __name__ == "__main__":

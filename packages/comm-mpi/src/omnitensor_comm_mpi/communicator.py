@@ -2,9 +2,10 @@
 
 Every collective runs in two phases on two duplicates of ``COMM_WORLD``:
 
-1. *check*: each rank sends every other rank a short descriptor (sequence number, op, dtype,
-   shape, attributes) point to point, so ranks that disagree raise `CollectiveMismatchError`
-   showing each rank's call, and ranks that never arrive are named when the timeout expires;
+1. *check* (``OMNITENSOR_MPI_CHECK=0`` skips it): each rank sends every other rank a short
+   descriptor (sequence number, op, dtype, shape, attributes) point to point, so ranks that
+   disagree raise `CollectiveMismatchError` showing each rank's call, and ranks that never
+   arrive are named when the timeout expires;
 2. *data*: the nonblocking MPI collective (``Iallreduce`` ...) on the numpy buffers themselves
    (no copy for contiguous arrays of MPI-native dtypes). Results of 256 KiB or more go into
    buffers recycled from a small pool once nothing references them any more (CPython's
@@ -54,6 +55,7 @@ _OPS: Final = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 # dtypes MPI has no type for: reduced in float32 (and rounded once).
 _WIDEN: Final = frozenset({"float16", "bfloat16"})
 _POOL_MIN_BYTES: Final = 256 * 1024
+_SPIN_SECONDS: Final = 0.0002
 
 
 class MPICommunicator(Communicator):
@@ -62,6 +64,12 @@ class MPICommunicator(Communicator):
     Args:
         timeout: seconds a collective waits for the other ranks before raising
             `DistributedTimeoutError` (positive).
+
+    Attributes:
+        checks: run the descriptor check before each collective (default: True, or
+            ``OMNITENSOR_MPI_CHECK=0``). Without it a mismatch is undefined behaviour of MPI
+            (wrong results, a crash or a timeout) and a timeout cannot name the missing ranks;
+            every rank must set the same value.
 
     Raises:
         ArgumentTypeError: `timeout` is not a positive number.
@@ -81,6 +89,7 @@ class MPICommunicator(Communicator):
         self._failed_peer: int | None = None
         self._pool: list[Array] = []
         self._pool_size = _pool_size()
+        self.checks = _checks_enabled()
         self._previous_hook: Callable[..., Any] | None = None
         if self._size > 1:
             self._previous_hook = sys.excepthook
@@ -206,10 +215,10 @@ class MPICommunicator(Communicator):
     def _check(self, op: str, x: Array | None, attrs: str) -> None:
         """Exchange descriptors with every rank; raise when they differ or ranks are missing."""
         self._seq += 1
+        if self._size == 1 or not self.checks:
+            return
         what = "" if x is None else f" {x.dtype}{list(x.shape)}"
         text = f"#{self._seq} {op}{what} {attrs}".strip()
-        if self._size == 1:
-            return
         mine = np.zeros(_DESCRIPTOR_BYTES, np.uint8)
         encoded = text.encode()[:_DESCRIPTOR_BYTES]
         mine[:len(encoded)] = np.frombuffer(encoded, np.uint8)
@@ -235,11 +244,18 @@ class MPICommunicator(Communicator):
         """Poll `requests` to completion; raise on a failure notice, an MPI error or timeout."""
         deadline = time.monotonic() + self._timeout
         next_poll = time.monotonic() + _POLL_SECONDS
+        pending = list(requests)
+        spin_until = time.monotonic() + _SPIN_SECONDS
         try:
-            while not MPI.Request.Testall(list(requests)):
+            # NOTE: spin first, as MPI's blocking calls do (the peer is usually there within
+            # microseconds), then yield the core between tests: on a machine with more busy
+            # processes than cores the peer must get scheduled. Notices and the deadline are
+            # checked every 5 ms.
+            while not MPI.Request.Testall(pending):
                 now = time.monotonic()
                 if now < next_poll:
-                    os.sched_yield()
+                    if now > spin_until:
+                        os.sched_yield()
                     continue
                 next_poll = now + _POLL_SECONDS
                 self._raise_on_notice(what)
@@ -327,6 +343,13 @@ class MPICommunicator(Communicator):
                          "%g s; aborting the job", self._rank, late, self._timeout)
         for send in sends:
             send.Test()
+
+
+def _checks_enabled() -> bool:
+    raw = os.environ.get("OMNITENSOR_MPI_CHECK", "1").strip()
+    if raw not in ("0", "1"):
+        raise ArgumentTypeError(f"OMNITENSOR_MPI_CHECK must be 0 or 1 (got {raw!r})")
+    return raw == "1"
 
 
 def _pool_size() -> int:
