@@ -19,6 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from ..errors import BackendNotInstalledError, BackendUnavailableError, OmnitensorError
+from .isolation import PluginFailure, call_plugin, probe_timeout
 from .registry import CommunicatorEntry, communicator_entries
 
 __all__ = [
@@ -238,10 +239,10 @@ def _availability(entry: CommunicatorEntry) -> str | None:
         return "registered no communicator"
     if entry.spec.probe is None:
         return None
-    try:
-        reason = entry.spec.probe()
-    except Exception as exc:  # a probe that raises makes only its communicator unavailable
-        return f"probe failed: {type(exc).__name__}: {exc}"
+    try:  # isolated like backend probes: a raising or hanging probe only disables its entry
+        reason = call_plugin(entry.spec.probe, timeout=probe_timeout())
+    except PluginFailure as failure:
+        return f"probe failed: {failure.reason}"
     return None if reason is None else str(reason)
 
 
@@ -292,7 +293,12 @@ def create_communicator(name: str | None, *, timeout: float) -> Communicator:
         if reason is not None or entry.spec is None:
             reasons.append(f"{candidate}: {reason}")
             continue
-        created = entry.spec.factory(timeout)
+        try:
+            created = call_plugin(entry.spec.factory, timeout)
+        except PluginFailure as failure:
+            raise BackendUnavailableError(
+                f"communicator {candidate!r}: factory failed: {failure.reason}",
+                backend=candidate) from failure
         if not isinstance(created, Communicator):
             raise PluginError(
                 f"communicator {candidate!r}: factory returned {type(created).__name__} "
