@@ -256,3 +256,18 @@ def test_checkpoint_round_trip_in_one_process(tmp_path: object) -> None:
 def test_communicator_contract_is_abstract() -> None:
     with pytest.raises(TypeError):
         Communicator()  # type: ignore[abstract]
+
+
+def test_the_core_never_imports_mpi4py() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(ot.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "mpi4py" for n in names):
+                offenders.append(str(path.relative_to(root)))
+    assert not offenders
