@@ -245,3 +245,64 @@ def test_generation_arguments(char_gpt: Any, kwargs: dict[str, Any], match: str)
         with pytest.raises(GenerationArgumentError, match=match) as info:
             call(prompt, **{"max_new_tokens": 2, **kwargs})  # stream checks at the call
         assert isinstance(info.value, ValueError) and isinstance(info.value, OmnitensorError)
+
+
+# --- found by the long campaign (benchmarks/fuzz.py --cases 3000 --seed 7) --------------------
+
+
+def test_gguf_zero_size_tensor_with_a_huge_dimension(fuzz: ModuleType, tmp_path: Path) -> None:
+    data = bytearray(fuzz._seed_gguf(tmp_path, "gpt2").read_bytes())
+    file = read_gguf(fuzz._seed_gguf(tmp_path, "gpt2"))
+    # rewrite one 1-D tensor's entry as ne = [0, 2**61] (a two-dim, zero-size tensor)
+    name = next(n for n in file.tensor_names if len(file.tensor_info(n).shape) == 1)
+    key = struct.pack("<Q", len(name)) + name.encode()
+    at = bytes(data).index(key) + len(key)
+    n_dims, ne0 = struct.unpack_from("<IQ", data, at)
+    assert n_dims == 1
+    data[at:at + 12] = struct.pack("<IQ", 2, 0)
+    data[at + 12:at + 12] = struct.pack("<Q", 2**61)
+    path = tmp_path / "zero.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError):
+        _load(path)
+
+
+def test_safetensors_header_with_unhashable_dtype(fuzz: ModuleType, tmp_path: Path) -> None:
+    folder = _hf(fuzz, tmp_path, "gpt2")
+    raw = (folder / "model.safetensors").read_bytes()
+    length = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + length])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["dtype"] = ["F32"]
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text
+                                               + raw[8 + length:])
+    with pytest.raises(FormatError, match="unknown dtype"):
+        _load(folder)
+
+
+def test_safetensors_zero_size_tensor_with_a_huge_dimension(tmp_path: Path) -> None:
+    from omnitensor.io import read_safetensors
+
+    text = json.dumps({"t": {"dtype": "F32", "shape": [0, 2**61],
+                             "data_offsets": [0, 0]}}).encode()
+    (tmp_path / "z.safetensors").write_bytes(struct.pack("<Q", len(text)) + text)
+    with pytest.raises(FormatError, match="absurd shape"):
+        read_safetensors(tmp_path / "z.safetensors")
+
+
+def test_gguf_metadata_arrays_stay_packed(tmp_path: Path) -> None:
+    import numpy as np
+
+    from omnitensor.io.gguf import NumberArray
+
+    count = 1_000_000
+    body = struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 4, count)
+    body += np.arange(count, dtype="<u4").tobytes()
+    path = tmp_path / "array.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + body)
+    value = read_gguf(path).metadata["k"]
+    assert isinstance(value, NumberArray)
+    assert value.array.nbytes == 4 * count  # 1x the file, not a list of a million ints
+    assert value[3] == 3 and value[-1] == count - 1 and value[:3] == [0, 1, 2]

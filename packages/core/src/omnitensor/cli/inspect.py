@@ -48,7 +48,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _short(value: Any) -> Any:
     """Metadata value for display: long arrays and strings are summarized."""
-    if isinstance(value, list) and len(value) > _ARRAY_PREVIEW:
+    from ..io.gguf import NumberArray
+
+    if isinstance(value, NumberArray) and len(value) <= _ARRAY_PREVIEW:
+        return value.tolist()
+    if isinstance(value, list | NumberArray) and len(value) > _ARRAY_PREVIEW:
         kind = type(value[0]).__name__
         return f"[{len(value)} x {kind}: {', '.join(map(repr, value[:_ARRAY_PREVIEW]))}, ...]"
     if isinstance(value, str) and len(value) > 80:

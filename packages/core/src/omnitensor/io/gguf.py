@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, Literal, final, overload
@@ -33,7 +33,7 @@ from .gguf_mix import FILE_TYPES, tensor_types
 from .mapped import map_file
 from .weights import Array, QuantizedArray, TensorInfo, missing_tensor
 
-__all__ = ["GGUFFile", "read_gguf", "write_gguf"]
+__all__ = ["GGUFFile", "NumberArray", "read_gguf", "write_gguf"]
 
 _logger = logging.getLogger(__name__)
 
@@ -102,6 +102,64 @@ def _ggml_type_by_name(name: str) -> _GGMLType:
 
 
 # --- reading ----------------------------------------------------------------------------------
+
+
+@final
+class NumberArray(Sequence[Any]):
+    """A metadata array of numbers or bools, kept packed as in the file (1x its bytes).
+
+    A Python list of the same values costs 8-11x the file (a pointer and an object per element),
+    so a crafted file could make parsing its header cost ten times its size. This reads like a
+    sequence of Python ints, floats or bools (`tolist` copies it out); ``==`` compares the
+    values with any sequence.
+    """
+
+    __slots__ = ("_boolean", "_values")
+
+    def __init__(self, values: np.ndarray[Any, Any], *, boolean: bool = False) -> None:
+        self._values = values
+        self._values.flags.writeable = False
+        self._boolean = boolean
+
+    @property
+    def array(self) -> np.ndarray[Any, Any]:
+        """The packed values (read-only; bools as uint8)."""
+        return self._values
+
+    def tolist(self) -> list[Any]:
+        """The values as a Python list."""
+        values = self._values.tolist()
+        return [bool(v) for v in values] if self._boolean else values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> NumberArray: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return NumberArray(self._values[index], boolean=self._boolean)
+        value = self._values[index].item()
+        return bool(value) if self._boolean else value
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NumberArray | list | tuple):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        head = self.tolist()[:8] if len(self) > 8 else self.tolist()
+        more = f", ... {len(self)} values" if len(self) > 8 else ""
+        return f"NumberArray({head}{more})"
 
 
 class _Cursor:
@@ -175,8 +233,7 @@ def _read_value(cur: _Cursor, type_id: int, key: str, depth: int = 0) -> tuple[A
     if sub_fmt:
         raw = cur.take(count * least, f"array {key!r}")
         items = np.frombuffer(raw, dtype=_NUMPY_VALUE[sub_name])
-        values: list[Any] = (items != 0).tolist() if sub_name == "bool" else items.tolist()
-        return values, f"array[{sub_name}]"
+        return NumberArray(items, boolean=sub_name == "bool"), f"array[{sub_name}]"
     if sub_name == "string":
         return [cur.string(f"element of {key!r}") for _ in range(count)], "array[string]"
     cur.nested += count
@@ -445,7 +502,9 @@ def _read_tensor_entry(cur: _Cursor) -> tuple[str, tuple[int, ...], _GGMLType, i
 
 def _check_tensor(cur: _Cursor, name: str, shape: tuple[int, ...], ggml: _GGMLType, rel: int,
                   entry_at: int, data_offset: int, alignment: int) -> TensorInfo:
-    if any(d >= 2**62 for d in shape):  # ggml's int64 ne; real files are far smaller
+    # ggml's int64 ne; real files are far smaller. Zero-size tensors count their other dims too:
+    # numpy refuses to even describe an empty (0, 2**62) array.
+    if any(d >= 2**62 for d in shape) or math.prod(max(d, 1) for d in shape) >= 2**48:
         raise cur.error(f"tensor {name!r} has an absurd dimension (got shape {shape})", entry_at)
     elements = math.prod(shape)
     row = shape[-1] if shape else 1
@@ -497,8 +556,8 @@ def _infer_type(key: str, value: Any) -> str:
         return "int32" if -(2**31) <= value < 2**31 else "int64"
     if isinstance(value, float | np.floating):
         return "float32"
-    if isinstance(value, list | tuple | np.ndarray):
-        items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+    if isinstance(value, list | tuple | np.ndarray | NumberArray):
+        items = value.tolist() if isinstance(value, np.ndarray | NumberArray) else list(value)
         if not items:
             return "array[int32]"
         sub = _infer_type("", items[0])  # no key: per-key integer widths are for scalars
@@ -513,7 +572,7 @@ def _add_metadata(writer: Any, key: str, value: Any, type_name: str) -> None:
     vtype = gguf_module().GGUFValueType
     if type_name.startswith("array["):
         sub = type_name[len("array["):-1]
-        items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+        items = value.tolist() if isinstance(value, np.ndarray | NumberArray) else list(value)
         if not items:
             _logger.debug("write_gguf: skipping empty array %r (gguf cannot write one)", key)
             return

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast, final
 
@@ -442,7 +442,8 @@ def hparams_from_gguf(metadata: Mapping[str, Any], tensor_names: Any = (),
         value = metadata.get(full, default)
         if value is None:
             raise FormatError(f"{src}: missing metadata key {full}", path=src, key=full)
-        if isinstance(value, list):  # per-layer arrays: every layer must agree
+        if isinstance(value, list | Sequence) and not isinstance(value, str):
+            # per-layer arrays (a list or a packed NumberArray): every layer must agree
             if not value or any(v != value[0] for v in value):
                 raise FormatError(f"{src}: {full} differs between layers (got {value[:8]!r}); "
                                   "omnitensor needs one value for every layer", path=src,

@@ -202,13 +202,15 @@ def _parse_header(path: Path, header: dict[str, Any], *, data_start: int,
         if not isinstance(entry, dict):
             raise _error(path, f"tensor {name!r}: entry must be an object", 8)
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in _DTYPES:
+        if not isinstance(dtype, str) or dtype not in _DTYPES:
             raise _error(path, f"tensor {name!r}: unknown dtype {dtype!r} (expected one of "
                          f"{', '.join(_DTYPES)})", 8)
         if not isinstance(shape, list) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise _error(path, f"tensor {name!r}: shape must be a list of non-negative ints "
                          f"(got {shape!r})", 8)
+        if len(shape) > 8 or math.prod(max(d, 1) for d in shape) >= 2**48:
+            raise _error(path, f"tensor {name!r}: absurd shape {shape!r}", 8)
         if (not isinstance(offsets, list) or len(offsets) != 2
                 or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
             raise _error(path, f"tensor {name!r}: data_offsets must be [begin, end] "

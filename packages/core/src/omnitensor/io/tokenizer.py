@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as _Backend
@@ -82,14 +82,17 @@ def _strings(source: str, key: str, value: Any) -> list[str]:
     return value
 
 
-def _numbers(source: str, key: str, value: Any, count: int, *, integers: bool) -> list[Any]:
+def _numbers(source: str, key: str, value: Any, count: int, *, integers: bool
+             ) -> Sequence[Any]:
     kinds = (int,) if integers else (int, float)
-    if not isinstance(value, list) or len(value) != count or not all(
+    # GGUF's numeric arrays arrive packed (io.gguf.NumberArray), JSON's as lists
+    packed = isinstance(value, Sequence) and not isinstance(value, str | bytes)
+    if not packed or len(value) != count or not all(
             isinstance(v, kinds) and not isinstance(v, bool) for v in value):
         what = "integers" if integers else "numbers"
         raise FormatError(f"{source}: {key} must be an array of {count} {what} (one per token)",
                           path=source, key=key)
-    return value
+    return cast(Sequence[Any], value)
 
 
 # llama.cpp's token types (tokenizer.ggml.token_type).
@@ -344,7 +347,8 @@ class Tokenizer:
                    chat_template=template if isinstance(template, str) else None)
 
     @classmethod
-    def from_gguf_metadata(cls, metadata: Mapping[str, Any], source: str = "gguf") -> Tokenizer:
+    def from_gguf_metadata(cls, metadata: Mapping[str, Any],
+                           source: str = "gguf tokenizer") -> Tokenizer:
         """Build the tokenizer a GGUF file describes (``tokenizer.ggml.*`` keys).
 
         ``"gpt2"``: byte-level BPE from tokens and merges (pre-tokenizer regex by
@@ -369,7 +373,7 @@ class Tokenizer:
     def _from_gguf(cls, metadata: Mapping[str, Any], source: str) -> Tokenizer:
         kind = metadata.get("tokenizer.ggml.model")
         tokens = metadata.get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, list) or not tokens:
+        if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:
             raise FormatError(f"{source}: tokenizer.ggml.tokens is missing or empty",
                               path=source, key="tokenizer.ggml.tokens")
         tokens = _strings(source, "tokenizer.ggml.tokens", tokens)
@@ -478,7 +482,8 @@ def _gpt2_backend(metadata: Mapping[str, Any], tokens: list[str]) -> _Backend:
     return backend
 
 
-def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+def _spm_merges(tokens: list[str], scores: list[float], types: Sequence[int]
+                ) -> list[tuple[str, str]]:
     """BPE merges that reproduce SentencePiece's score-driven merging (as llama.cpp does).
 
     llama.cpp merges the adjacent pair whose concatenation is the highest-scoring token; a BPE
@@ -496,10 +501,10 @@ def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> lis
     return [(left, right) for *_, left, right in candidates]
 
 
-def _llama_backend(metadata: Mapping[str, Any], tokens: list[str], types: list[int],
+def _llama_backend(metadata: Mapping[str, Any], tokens: list[str], types: Sequence[int],
                    unk: int | None) -> _Backend:
     scores = metadata.get("tokenizer.ggml.scores")
-    if not isinstance(scores, list) or len(scores) != len(tokens):
+    if not isinstance(scores, Sequence) or len(scores) != len(tokens):
         raise FormatError("gguf tokenizer: llama model needs tokenizer.ggml.scores, one per token")
     vocab = {token: i for i, token in enumerate(tokens)}
     byte_fallback = BYTE in types
@@ -522,7 +527,7 @@ def _llama_backend(metadata: Mapping[str, Any], tokens: list[str], types: list[i
     return backend
 
 
-def _bert_backend(tokens: list[str], types: list[int], unk: int | None) -> _Backend:
+def _bert_backend(tokens: list[str], types: Sequence[int], unk: int | None) -> _Backend:
     # llama.cpp's converter marks word starts with "▁" and drops WordPiece's "##": undo it.
     vocab: dict[str, int] = {}
     for i, (token, kind) in enumerate(zip(tokens, types, strict=True)):
