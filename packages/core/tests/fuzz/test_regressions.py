@@ -210,6 +210,14 @@ def test_spec_field_missing_at_build_is_a_spec_error(fuzz: ModuleType) -> None:
         ModelBuilder().with_spec(spec).with_checkpoint(fuzz._tiny_llama()).build("ref")
 
 
+def test_spec_embedding_without_weight_is_a_spec_error(fuzz: ModuleType) -> None:
+    base = json.loads(builtin_spec("llama").to_json())
+    del base["forward"][0]["weight"]  # found by the long campaign: a KeyError at upload
+    spec = ModelSpec.from_json(json.dumps(base))
+    with pytest.raises(SpecError, match="needs field 'weight'"):
+        ModelBuilder().with_spec(spec).with_checkpoint(fuzz._tiny_llama()).build("ref")
+
+
 def test_spec_repeat_over_a_bad_hyper_parameter(fuzz: ModuleType) -> None:
     spec = ModelSpec.from_json(_spec(insert={"repeat": "layers_x", "steps": [_ADD]}))
     checkpoint = fuzz._tiny_llama()

@@ -81,10 +81,11 @@ class CompiledModel:
         self._quantized_formats: dict[str, bool] = {}
         # quantized tables read by Embedding steps: host blocks, gathered row by row per call
         self._tables: dict[str, tuple[Any, str]] = {}
-        embedded = {step["weight"] for _, step in spec.walk() if step.get("op") == "Embedding"}
+        # (a step without its weight is refused, naming the field, when the forward is recorded)
+        embedded = {step.get("weight") for _, step in spec.walk() if step.get("op") == "Embedding"}
         # an LM head tied to the embedding table reads the table as a matrix too
         tied = {step["fallback"] for _, step in spec.walk() if step.get("op") == "LMHead"
-                and "fallback" in step and step["weight"] not in checkpoint.weights}
+                and "fallback" in step and step.get("weight") not in checkpoint.weights}
         self.weights = {name: self._upload(name, value, keep_quantized, table=name in embedded,
                                            matrix=name not in embedded or name in tied)
                         for name, value in checkpoint.weights.items()}
