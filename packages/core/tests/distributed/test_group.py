@@ -27,6 +27,7 @@ from omnitensor.errors import (
     BackendNotInstalledError,
     DistributedError,
     DTypeError,
+    FormatError,
     OmnitensorError,
     ShapeError,
 )
@@ -158,6 +159,12 @@ def test_cli_lists_communicators(capsys: pytest.CaptureFixture[str]) -> None:
     (lambda: dist.shard(np.ones((3, 2)), np.ones((4, 2))), ShapeError),
     (lambda: dist.data_parallel(nn.Linear(2, 2), bucket_bytes=0), ArgumentTypeError),
     (lambda: dist.embed(None, "one text"), ArgumentTypeError),
+    (lambda: dist.shard(5), ArgumentTypeError),
+    (lambda: dist.shard(np.float32(1.0)), ArgumentTypeError),
+    (lambda: dist.data_parallel(nn.Linear(2, 2), root=3), ArgumentTypeError),
+    (lambda: dist.data_parallel("params"), ArgumentTypeError),
+    (lambda: dist.load_checkpoint("/nonexistent/ckpt.safetensors", nn.Linear(2, 2)),
+     FormatError),
 ])
 def test_bad_inputs_raise_house_errors(call: object, error: type[Exception]) -> None:
     with pytest.raises(error):

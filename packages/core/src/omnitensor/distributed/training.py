@@ -20,7 +20,7 @@ import numpy as np
 
 from ..autograd.engine import gradient_transform
 from ..autograd.mode import no_grad
-from ..errors import ArgumentTypeError, OmnitensorError, ShapeError
+from ..errors import ArgumentTypeError, FormatError, OmnitensorError, ShapeError
 from ..nn.module import Module, assign
 from ..nn.optim import Optimizer
 from ..tensor.jit import compile as compile_fn
@@ -73,6 +73,11 @@ def shard(*arrays: Any, even: bool = True) -> Any:
     """
     if not arrays:
         raise ArgumentTypeError("shard: needs at least one array")
+    for a in arrays:
+        if not hasattr(a, "__len__") or not hasattr(a, "__getitem__") or getattr(
+                a, "ndim", 1) == 0:
+            raise ArgumentTypeError(f"shard: expected arrays, tensors or lists with a first "
+                                    f"dimension (got {type(a).__name__})")
     lengths = {len(a) for a in arrays}
     if len(lengths) != 1:
         raise ShapeError(f"shard: arrays must share their first dimension (got lengths "
@@ -188,6 +193,10 @@ class DataParallel:
                 bucket_bytes <= 0):
             raise ArgumentTypeError(f"data_parallel: bucket_bytes must be a positive int (got "
                                     f"{bucket_bytes!r})")
+        if isinstance(root, bool) or not isinstance(root, int) or not (
+                0 <= root < world_size()):
+            raise ArgumentTypeError(f"data_parallel: root must be a rank in [0, "
+                                    f"{world_size()}) (got {root!r})")
         self.params = _params_of(source)
         self.bucket_bytes = bucket_bytes
         self.shard_inputs = shard_inputs
@@ -330,6 +339,9 @@ def load_checkpoint(path: str | os.PathLike[str], model: Module,
     target = Path(path)
     payload: Any = None
     if rank() == root:
+        if not target.is_file():
+            raise FormatError(f"load_checkpoint: {target} does not exist or is not a file "
+                              f"(on rank {root})", path=str(target))
         state = {k: v.numpy() for k, v in load(target).items()}
         extra = None
         if optimizer is not None:
