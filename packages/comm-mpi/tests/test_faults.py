@@ -51,23 +51,29 @@ def _run(tmp_path: Path, body: str, *, timeout: float = 60.0, flags: tuple[str, 
     env.update(TEST_TIMEOUT=str(timeout), OMNITENSOR_BACKEND="ref")
     start = time.monotonic()
     done = subprocess.run([_mpiexec(), *flags, "-n", str(n), sys.executable, str(script)],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
     return done, time.monotonic() - start
 
 
 def test_a_rank_that_raises_stops_the_others_naming_it(tmp_path: Path) -> None:
-    done, seconds = _run(tmp_path, """
+    done, _ = _run(tmp_path, """
+        dist.barrier()
         if r == 1:
             raise ValueError("boom on purpose")
-        dist.all_reduce(ot.from_numpy(np.ones(3)), "sum").numpy()
+        start = time.monotonic()
+        try:
+            dist.all_reduce(ot.from_numpy(np.ones(3)), "sum").numpy()
+        finally:  # how long rank 0 waited before it learned (the timeout is 120 s)
+            open("waited.txt", "w").write(f"{time.monotonic() - start:.3f}")
         print("UNREACHABLE")
-    """, timeout=60.0)
+    """, timeout=120.0)
     out = done.stdout + done.stderr
     assert done.returncode != 0
     assert "ValueError: boom on purpose" in out
     assert "RankFailedError" in out and "rank 1 failed, so rank 0 stops" in out, out
     assert "UNREACHABLE" not in out
-    assert seconds < 45, f"took {seconds:.1f} s: the notice, not the 60 s timeout, must stop it"
+    waited = float((tmp_path / "waited.txt").read_text())
+    assert waited < 30, f"rank 0 waited {waited:.1f} s: the notice, not the timeout, must stop it"
 
 
 def test_a_rank_that_dies_is_named_after_the_timeout(tmp_path: Path) -> None:
@@ -82,17 +88,22 @@ def test_a_rank_that_dies_is_named_after_the_timeout(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "DistributedTimeoutError" in out and "rank(s) 1 did not arrive" in out, out
     assert "timed out after 3 s" in out
-    assert seconds < 40
+    assert seconds < 100
 
 
 def test_the_launcher_reports_a_killed_rank_by_default(tmp_path: Path) -> None:
+    # hydra's default cleanup kills the survivors at once and reports the dead process (by PID
+    # and signal, not by rank: OMNITENSOR_LOG=info logs each rank's PID at init)
     done, seconds = _run(tmp_path, """
         if r == 1:
-            os._exit(3)
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
         dist.all_reduce(ot.from_numpy(np.ones(3)), "sum").numpy()
     """, timeout=30.0)
+    out = done.stdout + done.stderr
     assert done.returncode != 0
-    assert seconds < 40
+    assert "BAD TERMINATION" in out and "EXIT CODE: 9" in out, out
+    assert seconds < 100
 
 
 def test_a_rank_that_skips_a_collective_is_named(tmp_path: Path) -> None:

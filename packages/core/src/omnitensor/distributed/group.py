@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 from ..backend.communicators import Communicator, LocalCommunicator, create_communicator
@@ -113,8 +114,10 @@ def init(*, timeout: float | None = None, communicator: str | None = None) -> Co
     _STATE["comm"] = comm
     set_collective_runtime(comm)
     if comm.world_size > 1:
-        logger.info("distributed: rank %d of %d (%s, communicator %s)", comm.rank,
-                    comm.world_size, launch.launcher or "forced", comm.name)
+        # NOTE: launchers report a killed process by PID; this line maps it to its rank.
+        logger.info("distributed: rank %d of %d is pid %d on %s (%s, communicator %s)",
+                    comm.rank, comm.world_size, os.getpid(), socket.gethostname(),
+                    launch.launcher or "forced", comm.name)
     return comm
 
 
