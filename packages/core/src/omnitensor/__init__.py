@@ -13,6 +13,7 @@ from .autograd import enable_grad as enable_grad
 from .autograd import grad as grad
 from .autograd import no_grad as no_grad
 from .autograd import value_and_grad as value_and_grad
+from .autograd.api import vjp as vjp
 from .backend.contract import Backend as Backend
 from .backend.hookspecs import hookimpl as hookimpl
 from .backend.registry import get_backend as get_backend
@@ -198,5 +199,5 @@ __all__ = [
     "sinh", "split", "split_key", "sqrt", "square", "squeeze", "stack", "std", "sub",
     "subtract", "sum", "swapaxes", "tan", "tanh", "tensor", "tensordot", "tile", "transpose",
     "trunc", "uint32", "uint8", "unsqueeze", "unstack", "use_backend", "value_and_grad", "var",
-    "vecdot", "where", "zeros", "zeros_like",
+    "vecdot", "vjp", "where", "zeros", "zeros_like",
 ]

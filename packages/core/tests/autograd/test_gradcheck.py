@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnitensor.autograd.gradcheck import gradcheck
+from omnitensor.autograd.gradcheck import gradcheck, gradgradcheck
 from omnitensor.autograd.samples import GradSample, grad_samples
 from omnitensor.autograd.vjp import registered
 from omnitensor.ir.opdef import Trait, all_ops
@@ -38,3 +38,9 @@ def test_no_rule_for_non_differentiable_ops() -> None:
 def test_gradient_matches_finite_differences(sample: GradSample) -> None:
     arrays = sample.arrays(np.random.default_rng(0))
     gradcheck(sample.fn, *arrays, eps=sample.eps, atol=sample.atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: f"{s.op}-{s.name}")
+def test_second_derivative_matches_finite_differences(sample: GradSample) -> None:
+    arrays = sample.arrays(np.random.default_rng(1))
+    gradgradcheck(sample.fn, *arrays, eps=max(sample.eps, 1e-5), atol=sample.atol, rtol=1e-4)

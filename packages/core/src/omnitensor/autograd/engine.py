@@ -20,15 +20,17 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DTypeError, OmnitensorError, ShapeError
+from ..errors import DTypeError, OmnitensorError, ShapeError, UnsupportedError
 from ..ir.opdef import Trait, get_op
 from .mode import _enabled, set_grad_enabled
 
 if TYPE_CHECKING:
     from ..tensor.tensor import Tensor
 
-__all__ = ["GradNode", "Leaf", "OpNode", "backward", "gradient_transform", "record_op",
-           "run_backward"]
+__all__ = [
+    "FirstOrderOnly", "GradNode", "Input", "Leaf", "OpNode", "backward", "gradient_transform",
+    "reaches_outside", "record_op", "run_backward",
+]
 
 #: ``(leaves, grads) -> grads``: applied by `backward` before gradients reach ``.grad``.
 GradientTransform = Callable[[Sequence["Tensor"], Sequence["Tensor"]], Sequence["Tensor"]]
@@ -109,6 +111,72 @@ class Leaf(GradNode):
     def slot(self, value: Any) -> int:
         """Which result of this node `value` is."""
         return 0
+
+
+class Input(GradNode):
+    """The variable of one transform (`grad`, `vjp`) or of one replayed decomposition.
+
+    The tensor it produces has the value of `source` and passes gradients straight through to
+    it, so the transform's result stays a function of `source` (gradients of gradients); the
+    transform's own walk stops here (``stop=``) and reads its gradient off this node.
+    """
+
+    __slots__ = ()
+
+    name = "input"
+
+    def __init__(self, source: Any) -> None:
+        super().__init__((source,), 1)
+
+    def apply(self, grads: Grads, create_graph: bool) -> Sequence[Tensor | None]:
+        """The identity: the cotangent goes to the source."""
+        return (grads[0],)
+
+    def slot(self, value: Any) -> int:
+        """Which result of this node `value` is."""
+        return 0
+
+
+class FirstOrderOnly(GradNode):
+    """Stands for a gradient whose own derivative is not implemented.
+
+    A walk that reaches it raises `UnsupportedError` naming `what`, so a missing second
+    derivative is an error, never a silent zero.
+    """
+
+    __slots__ = ("what",)
+
+    name = "first_order_only"
+
+    def __init__(self, what: str, inputs: Sequence[Any]) -> None:
+        super().__init__(inputs, 1)
+        self.what = what
+
+    def apply(self, grads: Grads, create_graph: bool) -> Sequence[Tensor | None]:
+        """Raise: this gradient cannot be differentiated."""
+        raise UnsupportedError(
+            f"backward: the second derivative of {self.what} is not implemented (its gradient "
+            "was computed once, without a differentiable backward); differentiate it only once",
+            op=self.what,
+        )
+
+
+def first_order_only(what: str, grads: Sequence[Tensor | None],
+                     inputs: Sequence[Any]) -> tuple[Tensor | None, ...]:
+    """`grads` as handles whose differentiation raises (when some of `inputs` requires grad)."""
+    from ..tensor.tensor import Tensor
+
+    if not any(getattr(x, "_grad_fn", None) is not None for x in inputs):
+        return tuple(grads)
+    out: list[Tensor | None] = []
+    for g in grads:
+        if g is None:
+            out.append(None)
+            continue
+        fresh = Tensor(g._node, g._index)
+        fresh._grad_fn = FirstOrderOnly(what, [x for x in inputs if hasattr(x, "_grad_fn")])
+        out.append(fresh)
+    return tuple(out)
 
 
 class OpNode(GradNode):
@@ -194,8 +262,12 @@ def _is_float(t: Tensor) -> bool:
     return isinstance(type, TensorType) and type.dtype.is_floating
 
 
-def _toposort(roots: Sequence[GradNode]) -> list[GradNode]:
-    """Nodes reachable from `roots`, every consumer before its producers. Iterative."""
+def _toposort(roots: Sequence[GradNode],
+              stop: Callable[[GradNode], bool] | None = None) -> list[GradNode]:
+    """Nodes reachable from `roots`, every consumer before its producers. Iterative.
+
+    The producers of nodes for which `stop` returns True are not visited.
+    """
     post: list[GradNode] = []
     visited: set[int] = set()
     stack: list[tuple[GradNode, bool]] = [(r, False) for r in roots]
@@ -208,6 +280,8 @@ def _toposort(roots: Sequence[GradNode]) -> list[GradNode]:
             continue
         visited.add(id(node))
         stack.append((node, True))
+        if stop is not None and stop(node):
+            continue
         for edge in node.edges:
             if edge is not None and id(edge[0]) not in visited:
                 stack.append((edge[0], False))
@@ -222,14 +296,18 @@ def _accumulate(slot: list[Tensor | None], index: int, grad: Tensor) -> None:
 
 def run_backward(roots: Sequence[Tensor], grad_roots: Sequence[Tensor], *,
                  create_graph: bool = False,
-                 stop: Callable[[GradNode], bool] | None = None) -> dict[int, tuple[Leaf, Tensor]]:
-    """Propagate `grad_roots` back from `roots`; returns ``{id(leaf): (leaf, gradient)}``.
+                 stop: Callable[[GradNode], bool] | None = None
+                 ) -> dict[int, tuple[GradNode, Tensor]]:
+    """Propagate `grad_roots` back from `roots`; returns ``{id(node): (node, gradient)}``.
+
+    The nodes reported are the leaves reached and the `stop` nodes.
 
     Args:
         roots: tensors to differentiate (each must require grad).
         grad_roots: their cotangents, same shapes and dtypes.
         create_graph: record the backward ops too (for higher-order gradients).
-        stop: nodes for which this returns True are treated as leaves (used by `grad`).
+        stop: nodes for which this returns True are treated as leaves (used by `grad`): their
+            gradient is reported and nothing behind them is visited.
     """
     pending: dict[int, list[Tensor | None]] = {}
     root_nodes: list[GradNode] = []
@@ -244,14 +322,14 @@ def run_backward(roots: Sequence[Tensor], grad_roots: Sequence[Tensor], *,
         _check_cotangent("backward", root, g)
         root_nodes.append(node)
         _accumulate(pending.setdefault(id(node), [None] * node.n_outputs), index, g)
-    results: dict[int, tuple[Leaf, Tensor]] = {}
+    results: dict[int, tuple[GradNode, Tensor]] = {}
     with set_grad_enabled(create_graph):
-        for node in _toposort(root_nodes):
+        for node in _toposort(root_nodes, stop):
             grads = pending.pop(id(node), None)
             if grads is None or all(g is None for g in grads):
                 continue
             if isinstance(node, Leaf) or (stop is not None and stop(node)):
-                if isinstance(node, Leaf) and grads[0] is not None:
+                if grads[0] is not None:
                     results[id(node)] = (node, grads[0])
                 continue
             in_grads = node.apply(tuple(grads), create_graph)
@@ -262,6 +340,28 @@ def run_backward(roots: Sequence[Tensor], grad_roots: Sequence[Tensor], *,
                 _accumulate(pending.setdefault(id(producer), [None] * producer.n_outputs),
                             index, cotangent)
     return results
+
+
+def reaches_outside(roots: Sequence[Any], own: Callable[[GradNode], bool]) -> bool:
+    """True when the graph behind `roots` reaches a variable that `own` does not claim.
+
+    A transform differentiating w.r.t. its own `Input` nodes uses this to decide whether its
+    gradients must themselves be recorded: they must when the function also depends on a leaf
+    that requires grad or on another (enclosing) transform's variable.
+    """
+    stack = [fn for fn in (getattr(r, "_grad_fn", None) for r in roots) if fn is not None]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if own(node):
+            continue
+        if isinstance(node, (Leaf, Input)):
+            return True
+        stack.extend(edge[0] for edge in node.edges if edge is not None)
+    return False
 
 
 def _check_cotangent(where: str, value: Tensor, grad: Tensor) -> None:
@@ -304,7 +404,7 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, *,
     else:
         gradient = as_tensor(gradient).astype(tensor.dtype)
     found = run_backward([tensor], [gradient], create_graph=create_graph)
-    pairs = [(leaf.tensor(), grad) for leaf, grad in found.values()]
+    pairs = [(leaf.tensor(), grad) for leaf, grad in found.values() if isinstance(leaf, Leaf)]
     live = [(target, grad) for target, grad in pairs if target is not None]
     transform = _TRANSFORM.get()
     if transform is not None and live:

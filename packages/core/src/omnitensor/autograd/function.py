@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OmnitensorError
-from .engine import GradNode
+from .engine import GradNode, first_order_only
 from .mode import is_grad_enabled, no_grad
 
 if TYPE_CHECKING:
@@ -112,7 +112,19 @@ class FunctionNode(GradNode):
             if g is not None and g.dtype != x.dtype:
                 g = g.astype(x.dtype)
             checked.append(g)
+        if create_graph and self._saves_intermediates():
+            # `forward` ran with recording off: a tensor it computed and saved has lost its
+            # dependence on the inputs, so differentiating `backward` would miss those terms.
+            return first_order_only(f"{self.fn_name} (it saves intermediates computed in "
+                                    "forward; save inputs or outputs and recompute instead)",
+                                    checked, self.ctx.inputs)
         return checked
+
+    def _saves_intermediates(self) -> bool:
+        known = {(id(t._node), t._index) for t in self.ctx.outputs}
+        known |= {(id(t._node), t._index) for t in self.ctx.inputs if hasattr(t, "_node")}
+        return any(t._grad_fn is None and (id(t._node), t._index) not in known
+                   for t in self.ctx.saved_tensors)
 
 
 def apply_custom(name: str, forward: Callable[..., Any], backward: Callable[..., Any],

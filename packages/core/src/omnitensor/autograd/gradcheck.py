@@ -1,8 +1,9 @@
 """Finite-difference gradient checks (the test that every gradient rule is right).
 
 `gradcheck` compares the gradients autograd computes with central differences of the same
-function, evaluated in float64. Used by the core's tests and by the conformance suite's gradient
-cases; public so that users can check their own `Function`s.
+function, evaluated in float64; `gradgradcheck` does the same one order up (gradients of
+gradients against central differences of the gradients). Used by the core's tests and by the
+conformance suite's gradient cases; public so that users can check their own `Function`s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..errors import OmnitensorError
 
-__all__ = ["GradcheckError", "gradcheck", "numeric_grads"]
+__all__ = ["GradcheckError", "gradcheck", "gradgradcheck", "numeric_grads"]
 
 Array = np.ndarray[Any, Any]
 
@@ -85,4 +86,58 @@ def gradcheck(fn: Callable[..., Any], *arrays: Array, eps: float = 1e-6, atol: f
                 f"gradcheck: gradient of argument {i} differs from finite differences (max "
                 f"abs difference {worst:.3g}; analytic {got_np.ravel()[:6]}, numeric "
                 f"{want.ravel()[:6]})"
+            )
+
+
+def gradgradcheck(fn: Callable[..., Any], *arrays: Array, eps: float = 1e-5, atol: float = 1e-5,
+                  rtol: float = 1e-4, seed: int = 0, directions: int = 2) -> None:
+    """Check second derivatives of `fn` (through ``grad(grad(...))``) against differences.
+
+    The scalar is ``L(x) = sum(w * f(x) + f(x) ** 2)`` for fixed random `w`: its Hessian holds
+    both the op's own second derivative and the derivative of its gradient rule w.r.t. the
+    cotangent (``2 J^T J``), so even a linear op's rule must be differentiable. The analytic
+    Hessian-vector product ``H v`` (from nested `grad`) is compared, along random directions
+    `u`, with central differences of the analytic gradient: ``(<grad L(x + eps u), v> -
+    <grad L(x - eps u), v>) / (2 eps)``.
+
+    Raises:
+        GradcheckError: naming the direction and both values.
+    """
+    from ..tensor.interop import from_numpy
+    from .api import grad
+    from .mode import no_grad
+
+    arrays = tuple(np.asarray(a, dtype=np.float64) for a in arrays)
+    with no_grad():
+        shape = fn(*(from_numpy(a.copy()) for a in arrays)).shape
+    rng = np.random.default_rng(seed)
+    weights = np.asarray(rng.normal(size=shape))
+    vs = [np.asarray(rng.normal(size=a.shape)) for a in arrays]
+    argnums = tuple(range(len(arrays)))
+
+    def loss(*xs: Any) -> Any:
+        out = fn(*xs)
+        return (out * from_numpy(weights) + out * out).sum()
+
+    def directional(*xs: Any) -> Any:
+        grads = grad(loss, argnums)(*xs)
+        total = None
+        for g, v in zip(grads, vs, strict=True):
+            term = (g * from_numpy(v)).sum()
+            total = term if total is None else total + term
+        return total
+
+    hvp = grad(directional, argnums)(*(from_numpy(a.copy()) for a in arrays))
+    hvp_np = [h.numpy().astype(np.float64) for h in hvp]
+    for k in range(directions):
+        us = [np.asarray(rng.normal(size=a.shape)) for a in arrays]
+        up = directional(*(from_numpy(a + eps * u) for a, u in zip(arrays, us, strict=True)))
+        down = directional(*(from_numpy(a - eps * u) for a, u in zip(arrays, us, strict=True)))
+        numeric = (float(up.item()) - float(down.item())) / (2 * eps)
+        analytic = float(sum(float((h * u).sum()) for h, u in zip(hvp_np, us, strict=True)))
+        if not abs(analytic - numeric) <= atol * (1 + sum(float(np.abs(h).sum())
+                                                          for h in hvp_np)) + rtol * abs(numeric):
+            raise GradcheckError(
+                f"gradgradcheck: second derivative along direction {k} differs from finite "
+                f"differences of the gradient (analytic {analytic:.6g}, numeric {numeric:.6g})"
             )

@@ -38,31 +38,11 @@ def through_decomposition(name: str) -> Callable[..., tuple[Tensor | None, ...]]
 
     def rule(g: Tensor | tuple[Tensor | None, ...], out: Any, *operands: Tensor,
              **attrs: Any) -> tuple[Tensor | None, ...]:
-        from ..engine import run_backward
-        from ..mode import set_grad_enabled
-        from .replay import replay
+        from .replay import backward_through
 
         opdef = all_ops()[name]
         fn = decomposition(opdef, [t._node.types[t._index] for t in operands], attrs)
-        leaves = []
-        for x in operands:
-            leaf = x.detach()
-            if x.dtype.is_floating:
-                leaf.requires_grad = True
-            leaves.append(leaf)
-        with set_grad_enabled(True):
-            results = replay(fn, leaves)
-        cotangents = g if isinstance(g, tuple) else (g,)
-        roots = [(r, gi) for r, gi in zip(results, cotangents, strict=True)
-                 if gi is not None and r.requires_grad]
-        if not roots:
-            return (None,) * len(operands)
-        found = run_backward([r for r, _ in roots], [gi for _, gi in roots])
-        grads: list[Tensor | None] = []
-        for leaf in leaves:
-            hit = found.get(id(leaf._grad_fn)) if leaf._grad_fn is not None else None
-            grads.append(None if hit is None else hit[1])
-        return tuple(grads)
+        return backward_through(fn, operands, g if isinstance(g, tuple) else (g,))
 
     rule.__name__ = f"_{name}"
     return rule
