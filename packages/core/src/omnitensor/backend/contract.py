@@ -148,6 +148,20 @@ class Backend(abc.ABC):
         """
         return None
 
+    def storage(self, buffer: Any) -> Any:
+        """The object that owns the memory `buffer` lives in (`buffer` itself when it owns it).
+
+        Two buffers with the same storage may alias. The core uses this to keep donation safe:
+        a donated buffer that does not own its memory, or whose memory another input of the
+        same call also reads, is not offered for in-place writes, and when a donated buffer
+        is written in place every live tensor viewing the same storage is invalidated. The
+        default follows ``.base`` (numpy, CuPy); override when views are made differently.
+        """
+        root = buffer
+        while (base := getattr(root, "base", None)) is not None:
+            root = base
+        return root
+
     def layout_key(self, buffer: Any) -> Any:
         """Hashable description of a buffer's layout beyond shape and dtype (strides, offset).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from ..ir.opdef import get_op
 from ..ir.program import Function, Role
 from ..ir.types import Type, Value
 
-__all__ = ["Capture", "Node", "Ref", "capture", "record"]
+__all__ = ["Capture", "Node", "Ref", "aliases_of", "capture", "record"]
 
 _versions = itertools.count(1)
 
@@ -55,7 +56,7 @@ class Node:
     """
 
     __slots__ = ("attrs", "backend", "buffers", "deleted", "home", "host", "inputs", "name",
-                 "op", "placeholder", "role", "types", "version", "__weakref__")
+                 "op", "placeholder", "role", "storages", "types", "version", "__weakref__")
 
     def __init__(self, op: str | None, inputs: tuple[Ref, ...], attrs: dict[str, Any],
                  types: tuple[Type, ...], backend: Backend | None = None) -> None:
@@ -72,6 +73,7 @@ class Node:
         self.placeholder: int | None = None
         self.version = next(_versions)
         self.deleted = False
+        self.storages: tuple[Any, ...] = ()  # set by `_track_aliases` for views
 
     @property
     def owner(self) -> Backend | None:
@@ -96,6 +98,7 @@ class Node:
         """A leaf holding one backend buffer."""
         node = cls(None, (), {}, (type,), backend)
         node.buffers = [buffer]
+        _track_aliases(node)
         return node
 
     def bind(self, buffers: list[Any], backend: Backend) -> None:
@@ -103,6 +106,42 @@ class Node:
         self.op, self.inputs, self.attrs = None, (), {}
         self.buffers, self.host, self.backend = buffers, None, backend
         self.version = next(_versions)
+        _track_aliases(self)
+
+
+# Live nodes whose buffers view memory they do not own, by id of that memory's owner (the
+# backend's `storage`). A donated buffer written in place invalidates them (`aliases_of`).
+# NOTE: keyed by id: a member keeps its storage alive, so an id is only reused once every
+# member of its set has died (empty sets are pruned as the table grows).
+_aliases: dict[int, weakref.WeakSet[Node]] = {}
+_prune_at = 256
+
+
+def _track_aliases(node: Node) -> None:
+    """Register `node` under the storages of those of its buffers that are views."""
+    global _prune_at
+    backend = node.backend
+    if backend is None or node.buffers is None:
+        return
+    storages = tuple(backend.storage(buf) for buf in node.buffers)
+    if all(st is buf for st, buf in zip(storages, node.buffers, strict=True)):
+        return
+    node.storages = storages
+    for st, buf in zip(storages, node.buffers, strict=True):
+        if st is not buf:
+            _aliases.setdefault(id(st), weakref.WeakSet()).add(node)
+    if len(_aliases) > _prune_at:
+        for key in [k for k, members in _aliases.items() if not members]:
+            del _aliases[key]
+        _prune_at = max(256, 2 * len(_aliases))
+
+
+def aliases_of(storage: Any) -> list[Node]:
+    """Live nodes holding a view of the memory owned by `storage`."""
+    members = _aliases.get(id(storage))
+    if not members:
+        return []
+    return [n for n in members if any(st is storage for st in n.storages)]
 
 
 Ref = tuple[Node, int]

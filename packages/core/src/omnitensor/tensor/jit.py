@@ -19,7 +19,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..backend.contract import Backend
 from ..errors import OmnitensorError, TraceError
-from .graph import Node, Ref, capture
+from .graph import Node, Ref, aliases_of, capture
 from .realize import (
     compile_plan,
     leaf_buffers,
@@ -287,10 +287,15 @@ class CompiledFunction(Generic[P, R]):
         refs, buffers = self._inputs(trace, arg_leaves)
         donated = frozenset(pos for pos, (node, _) in enumerate(trace.leaves)
                             if node.placeholder is not None and node.placeholder in donated_leaves)
-        outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=donated)
+        in_place, storages = _writable_in_place(trace.backend, buffers, donated)
+        outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=in_place)
         stats.cache_hits += 1
         for pos in donated:
             arg_leaves[trace.leaves[pos][0].placeholder or 0]._node.deleted = True
+        for pos in in_place:
+            # Every live view of the memory that may have been overwritten goes with it.
+            for alias in aliases_of(storages[pos]):
+                alias.deleted = True
         results = [Tensor(Node.from_buffer(buf, t.type, trace.backend)) for buf, t in
                    zip(outputs[: trace.n_outputs], trace.plan.function.outputs, strict=False)]
         n_rebound = len(trace.rebound)
@@ -314,6 +319,25 @@ class CompiledFunction(Generic[P, R]):
             if owner is not None:
                 owner._grad = None
         return _unflatten(trace.out_spec, results)
+
+
+def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[int]
+                       ) -> tuple[frozenset[int], dict[int, Any]]:
+    """The donated positions the backend may write in place, and their storages.
+
+    A donated buffer that views memory it does not own (a slice of a larger tensor), or whose
+    memory another input of the same call reads, is copied instead: writing it would change
+    tensors the caller did not donate, or inputs the program is still reading.
+    """
+    if not donated:
+        return donated, {}
+    storages = [backend.storage(buf) for buf in buffers]
+    ids = [id(st) for st in storages]
+    in_place = frozenset(
+        pos for pos in donated
+        if storages[pos] is buffers[pos] and ids.count(ids[pos]) == 1
+    )
+    return in_place, {pos: storages[pos] for pos in in_place}
 
 
 def spec_key(spec: Any) -> Any:

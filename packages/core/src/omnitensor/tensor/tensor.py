@@ -139,7 +139,8 @@ class Tensor:
         opdef = get_op(op)
         if self._grad_fn is not None:  # recorded for autograd: go through `_apply`
             return Tensor._apply(op, self, **attrs)
-        if node.is_leaf and node.placeholder is None and opdef.has(Trait.VIEW):
+        if node.is_leaf and node.placeholder is None and not node.deleted and opdef.has(
+                Trait.VIEW):
             full = opdef.attr_defaults(attrs)
             if node.backend is None and node.host is not None:
                 from ..ir.builder import infer_types

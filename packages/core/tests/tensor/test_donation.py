@@ -1,0 +1,101 @@
+"""Donation cannot corrupt: every view or alias of a donated tensor raises like the tensor.
+
+The same table runs on the cpu backend (which writes donated buffers in place) in
+packages/backend-cpu/tests/test_donation.py; here it runs on ref, which defines the semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import omnitensor as ot
+from omnitensor.errors import OmnitensorError
+
+# view kind -> how to take it from a realized (4, 3) tensor
+VIEWS: dict[str, Callable[[ot.Tensor], ot.Tensor]] = {
+    "slice": lambda x: x[0:2],
+    "row": lambda x: x[1],
+    "step": lambda x: x[::2],
+    "negative_step": lambda x: x[::-1],
+    "transpose": lambda x: x.T,
+    "broadcast": lambda x: ot.broadcast_to(x[0:1], (5, 3)),
+    "reshape": lambda x: x.reshape((12,)),
+    "view_of_view": lambda x: x[0:3].T[1:],
+    "detach": lambda x: x.detach(),
+}
+
+
+def _update(c: ot.Tensor, v: ot.Tensor) -> ot.Tensor:
+    c[0:2] = v
+    return c
+
+
+def _donor() -> ot.Tensor:
+    return (ot.tensor(np.zeros((4, 3))) + 0).realize()
+
+
+@pytest.mark.parametrize("kind", sorted(VIEWS))
+def test_view_taken_before_donation_raises(kind: str) -> None:
+    f = ot.compile(_update, donate=(0,))
+    x = _donor()
+    view = VIEWS[kind](x).realize()
+    y = f(x, ot.tensor(np.ones((2, 3))))
+    np.testing.assert_array_equal(y.numpy()[:, 0], [1, 1, 0, 0])
+    for t in (x, view):
+        with pytest.raises(OmnitensorError, match="donated"):
+            t.numpy()
+    with pytest.raises(OmnitensorError, match="donated"):
+        (view + 1).numpy()
+
+
+def test_view_taken_after_donation_raises() -> None:
+    f = ot.compile(_update, donate=(0,))
+    x = _donor()
+    f(x, ot.tensor(np.ones((2, 3))))
+    with pytest.raises(OmnitensorError, match="donated"):
+        x[0:2].numpy()
+
+
+def test_compiled_output_aliasing_a_donated_input_raises() -> None:
+    rows = ot.compile(lambda a: a[1:3])  # its output may be a view of its input
+    f = ot.compile(_update, donate=(0,))
+    x = _donor()
+    out = rows(x)
+    f(x, ot.tensor(np.ones((2, 3))))
+    with pytest.raises(OmnitensorError, match="donated"):
+        out.numpy()
+
+
+def test_donating_a_view_copies_and_leaves_its_base_intact() -> None:
+    f = ot.compile(_update, donate=(0,))
+    x = (ot.tensor(np.zeros((6, 3))) + 0).realize()
+    part = x[2:6]
+    y = f(part, ot.tensor(np.ones((2, 3))))
+    np.testing.assert_array_equal(y.numpy()[:, 0], [1, 1, 0, 0])
+    np.testing.assert_array_equal(x.numpy(), np.zeros((6, 3)))  # the base was not donated
+    with pytest.raises(OmnitensorError, match="donated"):
+        part.numpy()
+
+
+def test_donated_memory_read_by_another_input_is_copied() -> None:
+    def update_then_read(c: ot.Tensor, other: ot.Tensor) -> tuple[ot.Tensor, ot.Tensor]:
+        c[0:2] = ot.ones((2, 3), dtype=c.dtype)
+        return c, other * 2.0
+
+    f = ot.compile(update_then_read, donate=(0,))
+    x = _donor()
+    y, doubled = f(x, x[0:2])
+    np.testing.assert_array_equal(doubled.numpy(), np.zeros((2, 3)))
+    np.testing.assert_array_equal(y.numpy()[:, 0], [1, 1, 0, 0])
+
+
+def test_unrelated_tensors_stay_valid() -> None:
+    f = ot.compile(_update, donate=(0,))
+    x, other = _donor(), _donor()
+    keep = other[0:2]
+    f(x, ot.tensor(np.ones((2, 3))))
+    np.testing.assert_array_equal(keep.numpy(), np.zeros((2, 3)))
+    np.testing.assert_array_equal(other.numpy(), np.zeros((4, 3)))
