@@ -14,6 +14,7 @@ import pytest
 import omnitensor as ot
 from omnitensor.errors import OmnitensorError
 
+
 @pytest.fixture(autouse=True)
 def _cpu_backend() -> Iterator[None]:
     with ot.use_backend("cpu"):
