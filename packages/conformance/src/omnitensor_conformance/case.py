@@ -120,6 +120,9 @@ class Case:
         oracle: when set, the reference outputs come from this program (same inputs) instead
             of `build`'s: a functional alternative is checked against the portable
             implementation this way.
+        layouts: per input, the memory layout of the buffer the backend receives (see
+            `layout.LAYOUTS`: ``transposed``, ``reversed``, ``stepped``, ``broadcast``; ``""``
+            is dense). Empty: every input dense.
     """
 
     op: str
@@ -133,6 +136,7 @@ class Case:
     ulp: int | None = None
     flops: float | None = None
     oracle: Callable[..., Value | Sequence[Value]] | None = field(default=None, repr=False)
+    layouts: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -156,7 +160,13 @@ class Case:
     def inputs(self, seed: int) -> list[Array]:
         """The input arrays for `seed` (deterministic: same seed, same bits)."""
         rng = np.random.default_rng(seed)
-        return [values.fill(rng, a.type, a.fill) for a in self.args]
+        arrays = [values.fill(rng, a.type, a.fill) for a in self.args]
+        if self.layouts:
+            from .layout import effective_values
+
+            arrays = [effective_values(a, kind) for a, kind in zip(arrays, self.layouts,
+                                                                     strict=True)]
+        return arrays
 
 
 #: A case source: ``() -> iterable of Case``. Called lazily, once per session and mode.

@@ -126,6 +126,27 @@ def _elementwise_samples(op: OpDef, dtype: DType) -> Iterator[Case]:
             return b.emit(op.name, *views)
 
         yield case("strided", targs, strided)
+    if _have("transpose", "slice", "reverse") and dtype == op.dtypes[0]:
+        # Every operand position in every in-program layout (one dtype: the layout is under
+        # test): sliced first and transposed after it, all reversed (negative steps), and all
+        # transposed at a square shape (where a dropped transpose still type-checks).
+        sargs = [Arg(TensorType((12, 18) if i == 0 else (9, 6), types[i]), fills[i])
+                 for i in range(n)]
+
+        def swapped(b: Builder, *xs: Value) -> Value:
+            views = [b.emit("slice", xs[0], start=(0, 1), limit=(12, 10), stride=(2, 1))]
+            views += [b.emit("transpose", x, perm=(1, 0)) for x in xs[1:]]
+            return b.emit(op.name, *views)
+
+        yield case("strided_swapped", sargs, swapped)
+        rargs = [Arg(TensorType((6, 9), t), f) for t, f in zip(types, fills, strict=True)]
+        yield case("reversed", rargs, lambda b, *xs: b.emit(
+            op.name, *(b.emit("reverse", x, axes=(0, 1) if i % 2 == 0 else (1,))
+                       for i, x in enumerate(xs))))
+        qargs = [Arg(TensorType((7, 7), t), f) for t, f in zip(types, fills, strict=True)]
+        yield case("transposed_square", qargs, lambda b, *xs: b.emit(
+            op.name, *(b.emit("transpose", x, perm=(1, 0)) if i % 2 == 1 or len(xs) == 1
+                       else x for i, x in enumerate(xs))))
 
 
 def _reduction_samples(op: OpDef, dtype: DType) -> Iterator[Case]:
@@ -156,6 +177,17 @@ def _reduction_samples(op: OpDef, dtype: DType) -> Iterator[Case]:
     yield case("large_all", (256, 257), (0, 1), long)
     if _have("transpose"):
         yield case("strided", (9, 6), (1,), transpose=True)
+    if _have("reverse", "slice") and dtype == op.dtypes[0]:
+        def reversed_(b: Builder, x: Value) -> Value:
+            return b.emit(op.name, b.emit("reverse", x, axes=(0, 1)), axes=(1,))
+
+        def stepped(b: Builder, x: Value) -> Value:
+            view = b.emit("slice", x, start=(1, 0), limit=(12, 18), stride=(2, 3))
+            return b.emit(op.name, view, axes=(0,))
+
+        for name, shape, build in (("reversed", (6, 9), reversed_), ("stepped", (12, 18), stepped)):
+            yield Case(op.name, dtype.name, name, (Arg(TensorType(shape, dtype), "normal"),),
+                       build, source="generic")
 
 
 def generic_cases() -> Iterator[Case]:

@@ -84,7 +84,9 @@ def reproducer(case: Case, fn: Function, seed: int, backend: str) -> str:
         f"  seed:   {seed}  (inputs: "
         f"omnitensor_conformance.find_case({case.id!r}).inputs({seed}))\n"
         f"  rerun:  {rerun_command(case, backend)}\n"
-        f"  PTIR:\n{text}"
+        + (f"  layouts: {case.layouts} (input buffers made with layout.layout_buffer)\n"
+           if case.layouts else "")
+        + f"  PTIR:\n{text}"
     )
 
 
@@ -164,6 +166,21 @@ def _case_ulp(case: Case, fn: Function) -> int:
     return max((get_op(inst.op).ulp for inst in fn.body), default=0)
 
 
+def _input_buffers(backend: Backend, case: Case, inputs: Sequence[Any]) -> list[Any] | None:
+    """The case's inputs uploaded, in the case's layouts (None: a view was declined)."""
+    if not case.layouts:
+        return [backend.upload(a) for a in inputs]
+    from .layout import layout_buffer
+
+    buffers = []
+    for array, kind in zip(inputs, case.layouts, strict=True):
+        buffer = layout_buffer(backend, array, kind)
+        if buffer is None:
+            return None
+        buffers.append(buffer)
+    return buffers
+
+
 def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
              loosened: Mapping[str, float] | None = None) -> Outcome:
     """Run `case` on `backend`, compare with the reference, and say what happened.
@@ -179,6 +196,9 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
     reason = first_unsupported(backend, fn)
     if reason is not None:
         return Outcome("unsupported", reason)
+    if case.layouts and not backend.capabilities().strided_inputs:
+        return Outcome("unsupported", "strided input buffers (the backend declares "
+                                      "strided_inputs=False: views stay ops in its programs)")
     inputs = case.inputs(seed)
     expected, masks = reference_outputs(case.function(oracle=True) if case.oracle else fn,
                                         inputs)
@@ -186,7 +206,10 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
     try:
         backend.check(fn)
         exe = backend.compile(fn)
-        buffers = [backend.upload(a) for a in inputs]
+        buffers = _input_buffers(backend, case, inputs)
+        if buffers is None:
+            return Outcome("unsupported", f"{case.id}: the backend's view() cannot make the "
+                                          f"layouts {case.layouts}")
         actual = [np.asarray(backend.download(b)) for b in backend.run(exe, buffers)]
     except UnsupportedError as exc:
         return Outcome("fail", f"{case.id}: the backend declares this case supported but raised "

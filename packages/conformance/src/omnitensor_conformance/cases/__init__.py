@@ -7,6 +7,7 @@ module whose ops are not declared yet registers samples that are simply never us
 from __future__ import annotations
 
 from .. import generate as _generate  # noqa: F401  (registers the generic sources)
+from .. import layout as _layout  # noqa: F401  (non-contiguous input buffers)
 from . import collective as _collective  # noqa: F401
 from . import composite as _composite  # noqa: F401
 from . import creation as _creation  # noqa: F401
