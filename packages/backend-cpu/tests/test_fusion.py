@@ -102,3 +102,21 @@ def test_softmax_pattern_is_one_row_kernel(backend: CpuBackend, compile_optimize
     (got,) = backend.run(exe, [xs])
     (want,) = evaluate(fn, [xs])
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == float32 else 1e-12, atol=1e-30)
+
+
+def test_a_long_chain_is_split_into_bounded_kernels(backend: CpuBackend) -> None:
+    from omnitensor_backend_cpu.plan import MAX_FUSED
+
+    n = 2 * MAX_FUSED + 7
+    b = Builder()
+    x = b.input(TensorType((3,), float32))
+    one = b.emit("broadcast_in_dim", b.constant(1.0, "float32"), shape=(3,), dims=())
+    v = x
+    for _ in range(n):
+        v = b.emit("add", v, one)
+    fn = b.build([v])
+    exe = backend.compile(fn)
+    sizes = [len(g.insts) for g in exe.plan.groups]
+    assert sum(sizes) == n and max(sizes) <= MAX_FUSED and len(sizes) == 3
+    (got,) = backend.run(exe, [backend.upload(np.zeros(3, np.float32))])
+    np.testing.assert_array_equal(got, np.full(3, n, np.float32))

@@ -14,6 +14,7 @@ executable; only buffers that escape as outputs are fresh per run.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -175,8 +176,16 @@ def _literal(fn_producers: dict[int, Instruction], value_id: int) -> Any | None:
 _PASS_THROUGH: Final = frozenset({"constant", "broadcast_in_dim"})
 
 
+#: The most instructions one fused kernel holds: a longer run is split into several kernels,
+#: so a long chain never becomes one huge function for LLVM (compile time and memory grow
+#: faster than linearly with its size). ``OMNITENSOR_CPU_MAX_FUSED`` overrides it.
+MAX_FUSED = max(1, int(os.environ.get("OMNITENSOR_CPU_MAX_FUSED", "128")))
+
+
 def _groups(function: Function) -> dict[int, FusedGroup]:
     """Fused groups keyed by the index of their last instruction in the body.
+
+    A run longer than `MAX_FUSED` instructions is cut into several groups.
 
     A group is a run of fusible instructions of one shape, consecutive in program order except
     for constants and broadcasts in between (which do not read the group's values). Running the
@@ -202,7 +211,7 @@ def _groups(function: Function) -> dict[int, FusedGroup]:
     for idx, inst in enumerate(function.body):
         result = inst.results[0].type
         if codegen.can_fuse(inst) and isinstance(result, TensorType):
-            if shape is not None and result.shape != shape:
+            if (shape is not None and result.shape != shape) or len(current) >= MAX_FUSED:
                 close()
             shape = result.shape
             current.append(idx)

@@ -106,3 +106,19 @@ def test_chains_fuse_until_shared_or_reduced() -> None:
     assert [len(c) for c in lw.chains] == [2, 1, 1]  # neg+exp, add, mul (feeding the sum)
     assert isinstance(lw.env[id(z)], View) and not isinstance(lw.env[id(z)], Node)
     assert plan.outputs[1].strides == (1, 3)  # the transpose stayed a view
+
+
+def test_a_long_chain_is_cut_into_bounded_kernels() -> None:
+    from omnitensor.backend.codegen.lower import MAX_CHAIN
+
+    n = 2 * MAX_CHAIN + 5
+    b = Builder()
+    x = b.input(TensorType((4,), float32))
+    v = x
+    for _ in range(n):
+        v = b.emit("neg", v)
+    fn = b.build([v])
+    lw = _Counting()
+    lw.lower(fn, [lw.new_slot((4,), float32)])
+    sizes = [len(c) for c in lw.chains]
+    assert sum(sizes) == n and max(sizes) <= MAX_CHAIN, sizes

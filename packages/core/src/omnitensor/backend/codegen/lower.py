@@ -28,7 +28,7 @@ from ..lowering import LoweringTable
 from .printer import CPrinter
 from .views import View, merge_dims, row_major, view_op
 
-__all__ = ["Iota", "KernelLowering", "Node", "Plan", "tensor_type"]
+__all__ = ["MAX_CHAIN", "Iota", "KernelLowering", "Node", "Plan", "tensor_type"]
 
 StepT = TypeVar("StepT")
 
@@ -43,6 +43,12 @@ class Node:
     dtype: DType
     attrs: dict[str, Any]
     shape: tuple[int, ...]
+    size: int = 1  # pending nodes in this chain, this one included
+
+
+#: The most pending nodes one generated kernel holds: a longer chain is materialized in parts,
+#: so a long chain never becomes one huge kernel (compile time, and the recursive printing).
+MAX_CHAIN = 128
 
 
 @dataclass(frozen=True)
@@ -182,8 +188,12 @@ class KernelLowering:
         """An elementwise instruction (or elementwise composite) as a pending chain node."""
         res = tensor_type(inst.results[0])
         src = tensor_type(inst.operands[1] if inst.op == "select" else inst.operands[0])
-        return Node(inst.op, [self.operand(v) for v in inst.operands], src.dtype, res.dtype,
-                    dict(inst.attrs), res.shape)
+        args = [self.operand(v) for v in inst.operands]
+        size = 1 + sum(a.size for a in args if isinstance(a, Node))
+        if size > MAX_CHAIN:
+            args = [self.materialize(a) if isinstance(a, Node) else a for a in args]
+            size = 1
+        return Node(inst.op, args, src.dtype, res.dtype, dict(inst.attrs), res.shape, size)
 
     def movement(self, inst: Instruction) -> View:
         """A movement op as a view (of a dense copy when the view is not affine)."""
