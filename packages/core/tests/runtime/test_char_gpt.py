@@ -218,3 +218,16 @@ def test_transformers_loads_the_shipped_directory(models: dict[str, CausalLM]) -
         with torch.no_grad():
             expected = hf(torch.tensor([ids])).logits[0, -1].numpy()
         np.testing.assert_allclose(logits.numpy()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_prompt_filling_the_last_bucket_compiles_once_for_every_length(
+        models: dict[str, CausalLM]) -> None:
+    # issue #19: the KV capacity followed max_new_tokens here (29 compiles for n = 1..15)
+    lm = models["hf"]
+    prompt = "1" * 17  # fills the last length bucket: left padding takes slots past the context
+    longest = lm.generate(prompt, 15, temperature=0)
+    before = stats.compiles
+    outputs = [lm.generate(prompt, n, temperature=0) for n in range(1, 16)]
+    assert stats.compiles - before <= 2  # at most the context-sized programs of n = 1
+    for n, out in enumerate(outputs, start=1):
+        assert out.token_ids == longest.token_ids[:n]

@@ -120,3 +120,22 @@ def test_plan_cache_is_bounded() -> None:
     for key in "abc":
         cache.put(key, object())  # type: ignore[arg-type]
     assert len(cache) == 2 and cache.get("a") is None and cache.get("c") is not None
+
+
+def test_compiled_function_traces_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor.tensor.jit import cache_sizes
+    from omnitensor.tensor.realize import stats
+
+    monkeypatch.setenv("OMNITENSOR_TRACE_CACHE_SIZE", "3")
+    f = ot.compile(lambda x: x * 2.0)
+    evicted = stats.trace_evictions
+    for n in range(1, 8):  # seven signatures
+        assert f(ot.ones(n)).numpy().tolist() == [2.0] * n
+    assert len(f) == 3 and f.traces == 7 and stats.trace_evictions - evicted == 4
+    f(ot.ones(7))  # most recent: still kept
+    assert f.traces == 7
+    f(ot.ones(1))  # evicted: traced again
+    assert f.traces == 8 and len(f) == 3
+    sizes = cache_sizes()
+    assert sizes["traces"] >= 3 and sizes["compiled_functions"] >= 1
+    assert sizes["plans"] <= sizes["plan_capacity"]

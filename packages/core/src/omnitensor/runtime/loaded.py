@@ -174,7 +174,14 @@ class CausalLM(LoadedModel):
         # Slots, not positions, fill the cache: left padding to the bucket takes slots too, so
         # a prompt that fits the context may need more slots than context_length.
         needed = width + max(max_new_tokens - 1, 0)  # the last sampled token is never fed
-        capacity = max(min(bucket(width + max_new_tokens), model.context_length), needed)
+        if needed <= model.context_length:
+            capacity = min(bucket(width + max_new_tokens), model.context_length)
+        else:
+            # NOTE: the capacity is part of the compiled programs' shapes, so it must not
+            # follow max_new_tokens. Past the context only left padding takes slots, fewer
+            # than width // 2 (a prompt fills more than half its bucket): one capacity per
+            # width bucket covers every request.
+            capacity = max(needed, model.context_length + width // 2)
         pads = [width - len(x) for x in ids]  # left padding: every row ends at slot width-1
         tokens = np.zeros((b, width), np.int64)
         for row, x in enumerate(ids):

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar
@@ -31,7 +33,7 @@ from .realize import (
 )
 from .tensor import Tensor
 
-__all__ = ["CompiledFunction", "compile"]
+__all__ = ["CompiledFunction", "cache_sizes", "compile"]
 
 log = logging.getLogger(__name__)
 
@@ -155,16 +157,28 @@ class _Trace:
 class CompiledFunction(Generic[P, R]):
     """A function traced once per input signature (shapes, dtypes, static args, backend).
 
+    The traces (each holding its compiled plan) are kept least recently used first and bounded
+    by `capacity` (``OMNITENSOR_TRACE_CACHE_SIZE``, default 64): a caller cycling through more
+    signatures than that retraces instead of growing without end.
+
     Attributes:
         traces: how many times the Python function ran (one per new signature).
+        capacity: the most traces kept.
     """
 
     def __init__(self, fn: Callable[P, R], donate: Sequence[int] = ()) -> None:
         self.fn = fn
         self.donate = frozenset(donate)
         self.traces = 0
-        self._cache: dict[Any, list[_Trace]] = {}
+        self.capacity = max(1, int(os.environ.get("OMNITENSOR_TRACE_CACHE_SIZE", "64")))
+        self._cache: OrderedDict[Any, list[_Trace]] = OrderedDict()
+        self._kept = 0
         functools.update_wrapper(self, fn)
+        _live.add(self)
+
+    def __len__(self) -> int:
+        """The number of traces kept."""
+        return self._kept
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the compiled plan for these arguments' signature (tracing `fn` on a new one)."""
@@ -185,6 +199,7 @@ class CompiledFunction(Generic[P, R]):
         signature = (spec_key(spec), tuple((t.shape, t.dtype) for t in arg_leaves),
                      id(backend))
         candidates = self._cache.setdefault(signature, [])
+        self._cache.move_to_end(signature)
         # traces of one signature differ only in which gradients existed on entry (guards)
         trace = next((t for t in candidates if t.matches()), None)
         if trace is None:
@@ -192,6 +207,11 @@ class CompiledFunction(Generic[P, R]):
             trace = self._trace(args, kwargs, arg_leaves, backend, signature)
             stats.compile_seconds += time.perf_counter() - began
             candidates.append(trace)
+            self._kept += 1
+            while self._kept > self.capacity and len(self._cache) > 1:
+                _, dropped = self._cache.popitem(last=False)
+                self._kept -= len(dropped)
+                stats.trace_evictions += len(dropped)
         result: R = self._run(trace, arg_leaves, donated_leaves)
         return result
 
@@ -338,6 +358,29 @@ def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[
         if storages[pos] is buffers[pos] and ids.count(ids[pos]) == 1
     )
     return in_place, {pos: storages[pos] for pos in in_place}
+
+
+_live: weakref.WeakSet[CompiledFunction[Any, Any]] = weakref.WeakSet()
+
+
+def cache_sizes() -> dict[str, int]:
+    """How much every compile cache holds now, and its bound.
+
+    Returns:
+        ``plans`` / ``plan_capacity`` (the realization plan cache, OMNITENSOR_PLAN_CACHE_SIZE),
+        ``hoisted`` / ``hoisted_capacity`` (cached parameter-only preludes), ``traces`` (kept
+        by every live `compile`d function, each bounded by OMNITENSOR_TRACE_CACHE_SIZE),
+        ``compiled_functions`` and ``trace_evictions``.
+    """
+    from .realize import hoist_cache, plan_cache
+
+    functions = list(_live)
+    return {
+        "plans": len(plan_cache), "plan_capacity": plan_cache.capacity,
+        "hoisted": len(hoist_cache), "hoisted_capacity": hoist_cache.max_entries,
+        "traces": sum(len(f) for f in functions), "compiled_functions": len(functions),
+        "trace_evictions": stats.trace_evictions,
+    }
 
 
 def spec_key(spec: Any) -> Any:

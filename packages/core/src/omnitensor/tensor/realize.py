@@ -37,6 +37,8 @@ class Stats:
     prelude_runs: int = 0
     #: seconds spent tracing and compiling `compile`d functions (the CLI reports it apart)
     compile_seconds: float = 0.0
+    #: traces dropped by `compile`d functions over their bound (OMNITENSOR_TRACE_CACHE_SIZE)
+    trace_evictions: int = 0
 
     def reset(self) -> None:
         """Zero every counter."""
