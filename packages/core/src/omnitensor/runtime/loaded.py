@@ -13,7 +13,21 @@ from ..errors import FormatError, GenerationArgumentError, OmnitensorError, Shap
 from ..models.compiled import CompiledModel, bucket
 from .sampling import check_sampling, sample
 
-__all__ = ["CausalLM", "Encoder", "Generation", "LoadedModel"]
+__all__ = ["CausalLM", "Encoder", "Generation", "LoadedModel", "kv_capacity"]
+
+
+def kv_capacity(width: int, max_new_tokens: int, context_length: int) -> int:
+    """KV-cache slots for a prompt padded to `width` and `max_new_tokens` new tokens.
+
+    The capacity is part of the compiled programs' shapes, so it takes few values: a power of
+    two up to the context length, and past it (left padding takes slots too) one value per
+    width bucket: fewer than ``width // 2`` slots are padding, since a prompt fills more than
+    half its bucket.
+    """
+    needed = width + max(max_new_tokens - 1, 0)  # the last sampled token is never fed
+    if needed <= context_length:
+        return min(bucket(width + max_new_tokens), context_length)
+    return max(needed, context_length + width // 2)
 
 
 @dataclass
@@ -173,15 +187,7 @@ class CausalLM(LoadedModel):
         width = bucket(longest)
         # Slots, not positions, fill the cache: left padding to the bucket takes slots too, so
         # a prompt that fits the context may need more slots than context_length.
-        needed = width + max(max_new_tokens - 1, 0)  # the last sampled token is never fed
-        if needed <= model.context_length:
-            capacity = min(bucket(width + max_new_tokens), model.context_length)
-        else:
-            # NOTE: the capacity is part of the compiled programs' shapes, so it must not
-            # follow max_new_tokens. Past the context only left padding takes slots, fewer
-            # than width // 2 (a prompt fills more than half its bucket): one capacity per
-            # width bucket covers every request.
-            capacity = max(needed, model.context_length + width // 2)
+        capacity = kv_capacity(width, max_new_tokens, model.context_length)
         pads = [width - len(x) for x in ids]  # left padding: every row ends at slot width-1
         tokens = np.zeros((b, width), np.int64)
         for row, x in enumerate(ids):
