@@ -98,7 +98,7 @@ class PartialBackend(HonestBackend):
     def capabilities(self) -> Capabilities:
         import omnitensor.dtypes as d
 
-        movement = {"broadcast_in_dim", "transpose", "slice"}
+        movement = {"broadcast_in_dim", "transpose", "slice", "reverse"}
         ops = {n: frozenset({d.float32}) for n in ("add", "mul", *movement)}
         return Capabilities(ops, loosened={"float32": 2.0, "float16": 1000.0})
 
