@@ -47,7 +47,9 @@ def test_a_small_program_never_imports_numba() -> None:
         "import sys, numpy as np, omnitensor as ot\n"
         "with ot.use_backend('cpu'):\n"
         "    x = ot.from_numpy(np.ones((8, 64), np.float32))\n"
-        "    y = ot.functional.softmax(x * 2 + 1, axis=-1).tanh().numpy()\n"
+        "    y = ot.functional.softmax(x * 2 + 1, axis=-1).tanh()\n"
+        "    F = ot.functional\n"  # activations too: their lowering once imported numba
+        "    (F.gelu(y) + F.gelu(y, approximate='tanh') + F.silu(y)).numpy()\n"
         "print('numba' in sys.modules)\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != codegen.MIN_ELEMENTS_ENV}

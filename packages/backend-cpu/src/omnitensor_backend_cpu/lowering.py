@@ -198,12 +198,16 @@ def _activation_lowering(name: str) -> Callable[[Lower, OpView], Draft | None]:
         operands = inst.operands
         if len(operands) != (2 if gated else 1) or any(v.type != result for v in operands):
             return None  # the gated units only in their two-operand (gate, up) form
-        from . import pointwise
-
-        mode = (pointwise.SILU if name in ("silu", "swiglu") else
-                pointwise.GELU_TANH if approximate == "tanh" else pointwise.GELU_ERF)
+        silu = name in ("silu", "swiglu")
 
         def kernel() -> Kernel:
+            # NOTE: imported here, not when lowering: pointwise loads numba, which a program
+            # whose activations are all small (the reference tier) never needs.
+            from . import pointwise
+
+            mode = (pointwise.SILU if silu else
+                    pointwise.GELU_TANH if approximate == "tanh" else pointwise.GELU_ERF)
+
             def run(args: list[Array | None], out: Array) -> None:
                 x = args[0]
                 assert x is not None
