@@ -157,3 +157,17 @@ def test_checkpoints_cross_world_sizes(tmp_path: Path) -> None:
     (ref(x) ** 2).mean().backward()
     opt.step()
     np.testing.assert_allclose(back.weight.numpy(), ref.weight.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_without_the_check_a_missing_rank_still_times_out(tmp_path: Path) -> None:
+    done, _ = _run(tmp_path, """
+        dist.communicator().checks = False  # OMNITENSOR_MPI_CHECK=0: no descriptor exchange
+        dist.set_timeout(2.0)
+        if r == 0:
+            dist.all_reduce(ot.from_numpy(np.ones(4)), "sum").numpy()
+        else:
+            time.sleep(8)
+    """)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "all_reduce: timed out after 2 s on rank 0: some rank did not complete it" in out, out

@@ -56,6 +56,7 @@ _OPS: Final = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _WIDEN: Final = frozenset({"float16", "bfloat16"})
 _POOL_MIN_BYTES: Final = 256 * 1024
 _SPIN_SECONDS: Final = 0.0002
+_ABORT_GRACE_SECONDS: Final = 1.0
 
 
 class MPICommunicator(Communicator):
@@ -268,10 +269,9 @@ class MPICommunicator(Communicator):
 
     def _timed_out(self, requests: Sequence[MPI.Request], what: str,
                    receive_from: Sequence[int]) -> None:
+        # NOTE: requests are left pending (MPI forbids cancelling collective ones); the error
+        # ends this rank's use of the job.
         missing = [r for r, req in zip(receive_from, requests, strict=False) if not req.Test()]
-        for req in requests:
-            if req != MPI.REQUEST_NULL:
-                req.Cancel()
         who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing
                else "some rank did not complete it")
         raise DistributedTimeoutError(
@@ -311,6 +311,9 @@ class MPICommunicator(Communicator):
             time.sleep(self._timeout)
         elif not self._notified and not isinstance(exc, KeyboardInterrupt):
             self.notify_failure(f"{kind.__name__}: {exc}")
+            # NOTE: the launcher forwards the ranks' output asynchronously; an abort right
+            # after the acknowledgements can lose what the others just printed.
+            time.sleep(_ABORT_GRACE_SECONDS)
         MPI.COMM_WORLD.Abort(1)
 
     def notify_failure(self, message: str) -> None:
