@@ -4,7 +4,8 @@ Attention runs one (batch, query head) pair per task: for each query row the sco
 every key, the softmax and the weighted sum of values, without materializing the (T, S) score
 matrix or copying the KV cache (keys and values are read where they lie, in any layout). Keys
 the causal rule, the cache length or a boolean mask exclude are never multiplied: their score is
-the lowest float, as in the decomposition (so a row with no key left averages every value, as
+the lowest float, as in the decomposition; a soft cap (``softcap * tanh(s / softcap)``) is
+applied to the scaled scores before the mask (so a row with no key left averages every value, as
 the reference does). Grouped-query heads read their shared KV head (``h // (Hq / Hkv)``).
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import pool
 from ._compat import jit
-from .mathlib import exp32f
+from .mathlib import exp32f, tanh32f
 
 __all__ = ["rotary", "sdpa"]
 
@@ -26,12 +27,14 @@ Array = np.ndarray[Any, Any]
 
 @jit(inline=True)
 def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int, out: Any,
-            scores: Any) -> None:
+            scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int,
+            out: Any, scores: Any) -> None:
     t_len, d_len = q.shape[2], q.shape[3]
     s_len, dv_len = k.shape[2], v.shape[3]
     lowest = np.float32(np.finfo(np.float32).min)
     sc = np.float32(scale)
+    cap = np.float32(softcap)
+    inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
     for t in range(t_len):
         limit = s_len
         if causal:
@@ -48,6 +51,8 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
                 for d in range(d_len):
                     acc += q[b, h, t, d] * k[b, kh, s, d]
                 value = acc * sc
+                if softcap > 0:
+                    value = cap * tanh32f(value * inv_cap)
                 if has_add:
                     value = value + add[b, h, t, s]
             else:
@@ -71,8 +76,8 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
 
 @jit(inline=True)
 def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int, out: Any,
-            scores: Any) -> None:
+            scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int,
+            out: Any, scores: Any) -> None:
     t_len, d_len = q.shape[2], q.shape[3]
     s_len, dv_len = k.shape[2], v.shape[3]
     lowest = np.finfo(np.float64).min
@@ -93,6 +98,8 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
                 for d in range(d_len):
                     acc += q[b, h, t, d] * k[b, kh, s, d]
                 value = acc * scale
+                if softcap > 0:
+                    value = softcap * math.tanh(value * (1.0 / softcap))
                 if has_add:
                     value = value + add[b, h, t, s]
             else:
@@ -117,26 +124,28 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
 
 @jit()
 def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, has_add: bool, has_keep: bool, out: Any, lo: int, hi: int) -> None:
+            scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any, lo: int,
+            hi: int) -> None:
     n_h = q.shape[1]
     groups = n_h // k.shape[1]
     scores = np.empty(k.shape[2], np.float32)
     for task in range(lo, hi):
         b, h = task // n_h, task % n_h
-        _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, has_add, has_keep, b, h,
-                h // groups, out, scores)
+        _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep, b,
+                h, h // groups, out, scores)
 
 
 @jit()
 def _sdpa64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, has_add: bool, has_keep: bool, out: Any, lo: int, hi: int) -> None:
+            scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any, lo: int,
+            hi: int) -> None:
     n_h = q.shape[1]
     groups = n_h // k.shape[1]
     scores = np.empty(k.shape[2], np.float64)
     for task in range(lo, hi):
         b, h = task // n_h, task % n_h
-        _head64(q, k, v, add, keep, qpos, causal, kvlen, scale, has_add, has_keep, b, h,
-                h // groups, out, scores)
+        _head64(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep, b,
+                h, h // groups, out, scores)
 
 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
@@ -148,7 +157,7 @@ def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array
 
 def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
          mask: Array | None = None, q_positions: Array | None = None,
-         kv_length: int | None = None, causal: bool = False) -> None:
+         kv_length: int | None = None, causal: bool = False, softcap: float = 0.0) -> None:
     """``out = softmax(q k^T * scale + mask) v`` per head, GQA-aware, into `out`.
 
     Args:
@@ -161,6 +170,8 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         q_positions: (T,) absolute query positions (causal); default ``S - T + i``.
         kv_length: keys at positions >= kv_length are excluded (a fixed-capacity cache).
         causal: query i sees keys at positions <= its own.
+        softcap: > 0: the scaled scores become ``softcap * tanh(scores / softcap)`` before the
+            mask is added (Gemma 2's logit soft-capping).
     """
     n_b, n_h, t_len, _ = q.shape
     s_len = k.shape[2]
@@ -177,7 +188,8 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     kvlen = -1 if kv_length is None else max(int(kv_length), 0)
     work = n_b * n_h * t_len * s_len * q.shape[3]
     kernel = _sdpa32 if q.dtype == np.float32 else _sdpa64
-    args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), has_add, has_keep, out)
+    args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,
+            has_keep, out)
     # NOTE: one task per (batch, head); a task's multiply-adds count 1/16 of an element.
     pool.parallel_for(n_b * n_h, lambda lo, hi: kernel(*args, lo, hi), work=work >> 4)
 

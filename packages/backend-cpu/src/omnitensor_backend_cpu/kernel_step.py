@@ -24,7 +24,7 @@ Kernel = Callable[[list[Array | None], Array], None]
 
 
 def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
-                 kernel: Callable[[], Kernel], kind: str) -> Draft:
+                 kernel: Callable[[], Kernel], kind: str, work: int | None = None) -> Draft:
     """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
 
     Args:
@@ -34,12 +34,15 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         kernel: makes the kernel function (imports the numba module then).
         kind: the step kind in `Plan.kinds` and labels; a small instance, which runs the
             reference kernels, is kind ``ref`` instead, so profiles say what really runs.
+        work: the size compared with `codegen.min_elements` (default: the result's elements;
+            attention passes its score count, which grows with the KV cache while its result
+            does not).
     """
     result = inst.results[0]
     assert isinstance(result.type, TensorType)
     out = result.id
     owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
-    small = result.type.size < codegen.min_elements()
+    small = (result.type.size if work is None else work) < codegen.min_elements()
     ids = list(reads)
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, cast
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from omnitensor.backend.host import reference_op_table
 from omnitensor.backend.lowering import LoweringTable
 from omnitensor.dtypes import float32, float64
 from omnitensor.ir.opdef import OpView, all_ops
+from omnitensor.ir.ops.composite.attention import ScaledDotProductAttentionView
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
@@ -257,7 +258,8 @@ def _rotary(ctx: Lower, view: OpView) -> Draft | None:
     return kernel_draft(inst, ctx.step, [x.id, cos.id, sin.id], kernel, "rotary")
 
 
-_ATTN_ATTRS: Final = frozenset({"scale", "is_causal", "causal"})
+_ATTN_ATTRS: Final = frozenset({"scale", "is_causal", "mask_kind", "has_q_positions",
+                                "has_kv_length", "softcap"})
 
 
 @LOWERINGS.register("scaled_dot_product_attention")
@@ -266,34 +268,23 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
     result = _float_result(inst)
     if result is None or set(inst.attrs) - _ATTN_ATTRS or len(result.shape) != 4:
         return None
-    q, k, v = inst.operands[:3]
-    extra = list(inst.operands[3:])
-    specs = all_ops()[inst.op].operands
-    names = [] if any(s.variadic for s in specs) else [s.name for s in specs]
-    # NOTE: the optional operands are read by name from the declaration; positions alone would
-    # be guesses.
-    optional: dict[str, Any] = {}
-    if extra:
-        if len(names) != len(inst.operands):
-            return None
-        for name, value in zip(names[3:], extra, strict=True):
-            if name not in ("mask", "attn_mask", "q_positions", "kv_length"):
-                return None
-            optional[name] = value
-    mask = optional.get("mask", optional.get("attn_mask"))
-    qpos, kvlen = optional.get("q_positions"), optional.get("kv_length")
+    attn = cast(ScaledDotProductAttentionView, view)
+    q, k, v, extras = attn.q, attn.k, attn.v, list(attn.extras)
+    kind = str(inst.attrs.get("mask_kind", "none"))
+    if kind not in ("none", "bool", "additive"):
+        return None
+    mask = extras.pop(0) if kind != "none" else None
+    qpos = extras.pop(0) if inst.attrs.get("has_q_positions", False) else None
+    kvlen = extras.pop(0) if inst.attrs.get("has_kv_length", False) else None
+    if extras:
+        return None
     types = [t.type for t in (q, k, v)]
     if any(not isinstance(t, TensorType) or t.dtype != result.dtype or len(t.shape) != 4
            for t in types):
         return None
-    qt, kt, vt = (t for t in types if isinstance(t, TensorType))
-    if (qt.shape[1] % kt.shape[1] or kt.shape[:3] != vt.shape[:3]
-            or result.shape != (*qt.shape[:3], vt.shape[3])):
-        return None
-    scale = inst.attrs.get("scale")
-    head = getattr(q.type, "shape", (0,))[-1]
-    scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
-    causal = bool(inst.attrs.get("is_causal", inst.attrs.get("causal", False)))
+    scale = float(inst.attrs["scale"])
+    softcap = float(inst.attrs.get("softcap", 0.0))
+    causal = bool(inst.attrs.get("is_causal", False))
     reads = [q.id, k.id, v.id, *(None if t is None else t.id for t in (mask, qpos, kvlen))]
 
     def kernel() -> Kernel:
@@ -303,8 +294,11 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
             a, b, c, m, p, n = args
             assert a is not None and b is not None and c is not None
             attention.sdpa(a, b, c, out, scale=scale, mask=m, q_positions=p,
-                           kv_length=None if n is None else int(n), causal=causal)
+                           kv_length=None if n is None else int(n), causal=causal,
+                           softcap=softcap)
 
         return run
 
-    return kernel_draft(inst, ctx.step, reads, kernel, "attn")
+    qt, kt = (t for t in types[:2] if isinstance(t, TensorType))
+    scores = math.prod(qt.shape[:3]) * kt.shape[2]  # (B, Hq, T, S)
+    return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=max(scores, result.size))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 from omnitensor.dtypes import DType
 from omnitensor.ir.builder import Builder
 from omnitensor.ir.types import TensorType, Value
@@ -187,3 +189,46 @@ def _attention(dtype: DType) -> Iterator[Sample]:
                                TensorType((2, 2, 7, 8), dtype)], broadcast, check="nmse")
     q, k, v = qkv(4, 4, 2, 1)
     yield sample("edges", [Arg(q, "edges"), Arg(k), Arg(v)], attend(True), check="nmse")
+    yield from _attention_extras(dtype)
+
+
+def _attention_extras(dtype: DType) -> Iterator[Sample]:
+    """Masks (bool padding, additive), query positions, cache lengths and soft-capping."""
+    from omnitensor.dtypes import bool_, int32
+
+    def ints(*values: int) -> Callable[[np.random.Generator, TensorType], np.ndarray]:
+        return lambda rng, t: np.asarray(values, np.int32).reshape(t.shape)
+
+    def keep(rng: np.random.Generator, t: TensorType) -> np.ndarray:
+        mask = rng.random(t.shape) > 0.3
+        mask.reshape(-1, t.shape[-1])[0] = False  # one row with no key left: uniform
+        return mask
+
+    def attend(**attrs: object) -> Callable[..., Value]:
+        def build(b: Builder, q: Value, k: Value, v: Value, *extras: Value) -> Value:
+            return b.emit("scaled_dot_product_attention", q, k, v, *extras, scale=0.35,
+                          **attrs)
+
+        return build
+
+    q, k, v = (TensorType((2, 4, 3, 8), dtype), TensorType((2, 2, 9, 8), dtype),
+               TensorType((2, 2, 9, 8), dtype))
+    padding = Arg(TensorType((2, 1, 1, 9), bool_), keep)
+    yield sample("bool_padding", [q, k, v, padding], attend(mask_kind="bool"), check="nmse")
+    yield sample("additive_mask", [q, k, v, Arg(TensorType((2, 1, 3, 9), dtype), "small")],
+                 attend(mask_kind="additive"), check="nmse")
+    yield sample("softcap_causal", [q, k, v], attend(is_causal=True, softcap=1.5),
+                 check="nmse")
+    # A decode chunk written at slots 4..6 of a 9-slot cache filled up to 7.
+    cache = [Arg(TensorType((3,), int32), ints(4, 5, 6)), Arg(TensorType((), int32), ints(7))]
+    yield sample("cache_positions", [q, k, v, *cache],
+                 attend(is_causal=True, has_q_positions=True, has_kv_length=True),
+                 check="nmse")
+    yield sample("everything", [q, k, v, padding, *cache],
+                 attend(is_causal=True, mask_kind="bool", has_q_positions=True,
+                        has_kv_length=True, softcap=2.0), check="nmse")
+    yield sample("cache_length_only", [TensorType((1, 2, 1, 8), dtype),
+                                       TensorType((1, 1, 9, 8), dtype),
+                                       TensorType((1, 1, 9, 8), dtype),
+                                       Arg(TensorType((), int32), ints(3))],
+                 attend(has_kv_length=True), check="nmse")

@@ -196,6 +196,17 @@ def _composite_samples(add: Callable[[GradSample], None]) -> None:
                        ((1, 4, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3)),
                        lambda q, k, v, c=causal: _op("scaled_dot_product_attention", q, k, v,
                                                      scale=0.5, is_causal=c)))
+    add(GradSample("scaled_dot_product_attention", "additive_mask_softcap",
+                   ((1, 2, 3, 4), (1, 1, 5, 4), (1, 1, 5, 3), (1, 1, 3, 5)),
+                   lambda q, k, v, m: _op("scaled_dot_product_attention", q, k, v, m, scale=0.5,
+                                          mask_kind="additive", softcap=2.0)))
+    add(GradSample("scaled_dot_product_attention", "bool_mask_positions_cache",
+                   ((1, 2, 2, 4), (1, 1, 6, 4), (1, 1, 6, 3)),
+                   lambda q, k, v: _op("scaled_dot_product_attention", q, k, v,
+                                       _ints([[[[1, 0, 1, 1, 1, 0]]]]).astype(bool_),
+                                       _ints([2, 3]), _ints(5), scale=0.5, is_causal=True,
+                                       mask_kind="bool", has_q_positions=True,
+                                       has_kv_length=True)))
     for interleaved in (False, True):
         add(GradSample("rotary_embedding", "interleaved" if interleaved else "halves",
                        ((2, 3, 6), (3, 3), (3, 3)),

@@ -157,11 +157,12 @@ def scaled_dot_product_attention(
             "multiple of Hkv)", op="attention", shapes=[query.shape, key.shape, value.shape])
     groups = hq // hkv
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    if (attn_mask is None and q_positions is None and kv_length is None and softcap is None
-            and dropout_p == 0.0 and query.dtype.is_floating
-            and query.dtype == key.dtype == value.dtype and value.ndim == 4):
-        return Tensor._apply("scaled_dot_product_attention", query, key, value,
-                             scale=float(scale), is_causal=bool(is_causal))
+    if (dropout_p == 0.0 and query.dtype.is_floating and query.dtype == key.dtype == value.dtype
+            and value.ndim == 4 and (softcap is None or softcap > 0)):
+        composite = _composite(query, key, value, attn_mask, is_causal, scale, q_positions,
+                               kv_length, softcap)
+        if composite is not None:
+            return composite
     q = query.reshape(b, hkv, groups * t, d)  # heads sharing a kv head side by side
     scores = op("dot_general", q, key, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
     scores = (scores * scale).reshape(b, hq, t, s)  # (B, Hq, T, S)
@@ -191,3 +192,36 @@ def scaled_dot_product_attention(
     probs = probs.reshape(b, hkv, groups * t, s)
     out = op("dot_general", probs, value, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))
     return out.reshape(b, hq, t, value.shape[-1])
+
+
+def _composite(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+               is_causal: bool, scale: float, q_positions: Tensor | None,
+               kv_length: Tensor | None, softcap: float | None) -> Tensor | None:
+    """The attention as one `scaled_dot_product_attention` composite.
+
+    None when the mask cannot be carried (one that does not broadcast to the scores).
+    """
+    b, hq, t, _ = query.shape
+    full = (b, hq, t, key.shape[2])
+    extras: list[Tensor] = []
+    kind = "none"
+    if attn_mask is not None:
+        mask = as_tensor(attn_mask)
+        try:
+            fits = np.broadcast_shapes(mask.shape, full) == full
+        except ValueError:
+            fits = False
+        if not fits:
+            return None
+        kind = "bool" if mask.dtype.is_bool else "additive"
+        extras.append(mask if kind == "bool" else mask.astype(query.dtype))
+    positions = q_positions is not None and is_causal
+    if positions:
+        assert q_positions is not None
+        extras.append(as_tensor(q_positions).astype(int32).reshape(t))
+    if kv_length is not None:
+        extras.append(as_tensor(kv_length).astype(int32).reshape(()))
+    return Tensor._apply("scaled_dot_product_attention", query, key, value, *extras,
+                         scale=float(scale), is_causal=bool(is_causal), mask_kind=kind,
+                         has_q_positions=positions, has_kv_length=kv_length is not None,
+                         softcap=float(softcap or 0.0))
