@@ -185,6 +185,32 @@ for _kind in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
     LOWERINGS.register(_kind)(_row_lowering(_kind))
 
 
+@LOWERINGS.register("cross_entropy")
+def _cross_entropy(ctx: Lower, view: OpView) -> Draft | None:
+    inst = view.inst
+    result = _float_result(inst)
+    attrs = dict(inst.attrs)
+    ignore = int(attrs.pop("ignore_index", -100))
+    smoothing = float(attrs.pop("label_smoothing", 0.0))
+    x, target = inst.operands
+    if result is None or attrs or getattr(x.type, "dtype", None) != result.dtype:
+        return None
+
+    def kernel() -> Kernel:
+        from . import rowops
+
+        def run(args: list[Array | None], out: Array) -> None:
+            logits, classes = args
+            assert logits is not None and classes is not None
+            rowops.cross_entropy(logits, classes, out, ignore_index=ignore,
+                                 label_smoothing=smoothing)
+
+        return run
+
+    width = getattr(x.type, "size", 0)
+    return kernel_draft(inst, ctx.step, [x.id, target.id], kernel, "rows", work=width)
+
+
 def _activation_lowering(name: str) -> Callable[[Lower, OpView], Draft | None]:
     def lowering(ctx: Lower, view: OpView) -> Draft | None:
         inst = view.inst

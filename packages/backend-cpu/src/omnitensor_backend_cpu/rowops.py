@@ -20,7 +20,7 @@ from . import pool
 from ._compat import jit
 from .mathlib import exp32f
 
-__all__ = ["layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["cross_entropy", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 Array = np.ndarray[Any, Any]
 
@@ -221,3 +221,83 @@ def layer_norm(x: Array, weight: Array | None, bias: Array | None, out: Array, e
 def rms_norm(x: Array, weight: Array | None, out: Array, eps: float, axes: int = 1) -> None:
     """RMS norm of `x` over its trailing `axes` (weight as in `layer_norm`), into `out`."""
     _norm(x, weight, None, out, eps, False, axes)
+
+
+@jit()
+def _xent32(x: Any, target: Any, out: Any, ignore: int, smoothing: float) -> None:
+    # NOTE: log-probabilities lp = (x - m) - log(sum(exp(x - m))) in float32 as the
+    # decomposition rounds them; a non-finite lp anywhere makes the row NaN there (-inf * 0).
+    cols = x.shape[1]
+    keep = np.float32(1.0 - smoothing)
+    share = np.float32(smoothing)
+    for r in range(x.shape[0]):
+        t = target[r]
+        if t == ignore:
+            out[r] = 0.0
+            continue
+        row = x[r]
+        m = _row_max32(row)
+        lse = np.float32(math.log(_exp_sum32(row, m, row, False)))
+        picked = np.float32(0.0)
+        total = 0.0
+        finite = True
+        for start in range(0, cols, 256):
+            part = np.float32(0.0)
+            for j in range(start, min(start + 256, cols)):
+                lp = (row[j] - m) - lse
+                finite &= abs(lp) < np.float32(np.inf)
+                part += lp
+            total += np.float64(part)
+        if 0 <= t < cols:
+            picked = (row[t] - m) - lse
+        loss = -picked
+        if smoothing != 0.0:
+            loss = loss * keep - (np.float32(total) / np.float32(cols)) * share
+        out[r] = loss if finite else np.nan
+
+
+@jit()
+def _xent64(x: Any, target: Any, out: Any, ignore: int, smoothing: float) -> None:
+    cols = x.shape[1]
+    for r in range(x.shape[0]):
+        t = target[r]
+        if t == ignore:
+            out[r] = 0.0
+            continue
+        row = x[r]
+        m = -np.inf
+        for j in range(cols):
+            m = row[j] if row[j] > m else m
+        total = 0.0
+        for j in range(cols):
+            total += math.exp(row[j] - m)
+        lse = math.log(total)
+        sum_lp = 0.0
+        finite = True
+        for j in range(cols):
+            lp = (row[j] - m) - lse
+            finite &= abs(lp) < np.inf
+            sum_lp += lp
+        picked = (row[t] - m) - lse if 0 <= t < cols else 0.0
+        loss = -picked
+        if smoothing != 0.0:
+            loss = loss * (1.0 - smoothing) - (sum_lp / cols) * smoothing
+        out[r] = loss if finite else np.nan
+
+
+def cross_entropy(x: Array, target: Array, out: Array, *, ignore_index: int,
+                  label_smoothing: float) -> None:
+    """Per-row cross-entropy of logits `x` (..., C) against int32 classes `target` (...).
+
+    Into `out` (...); see the `cross_entropy` composite for the definition (ignored rows 0,
+    out-of-range targets pick nothing, non-finite log-probabilities give NaN).
+    """
+    if out.size == 0:
+        return
+    cols = x.shape[-1]
+    xs = _rows(x, cols)
+    ts = np.ascontiguousarray(target, np.int32).reshape(-1)
+    dst = out.reshape(-1)
+    kernel = _xent32 if x.dtype == np.float32 else _xent64
+    pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(
+        xs[lo:hi], ts[lo:hi], dst[lo:hi], ignore_index, label_smoothing), work=xs.size)

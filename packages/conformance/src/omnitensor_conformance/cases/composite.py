@@ -232,3 +232,41 @@ def _attention_extras(dtype: DType) -> Iterator[Sample]:
                                        TensorType((1, 1, 9, 8), dtype),
                                        Arg(TensorType((), int32), ints(3))],
                  attend(has_kv_length=True), check="nmse")
+
+
+@cases("cross_entropy")
+def _cross_entropy(dtype: DType) -> Iterator[Sample]:
+    from omnitensor.dtypes import int32
+
+    def classes(count: int, ignore: int = -100) -> Callable[[np.random.Generator, TensorType],
+                                                            np.ndarray]:
+        def make(rng: np.random.Generator, t: TensorType) -> np.ndarray:
+            target = rng.integers(0, count, size=t.shape).astype(np.int32)
+            flat = target.reshape(-1)
+            if flat.size > 2:  # one ignored row and one class out of range
+                flat[1], flat[2] = ignore, count + 3
+            return target
+
+        return make
+
+    def loss(**attrs: object) -> Callable[..., Value]:
+        return lambda b, x, t: b.emit("cross_entropy", x, t, **attrs)
+
+    def strided(b: Builder, x: Value, t: Value) -> Value:
+        return b.emit("cross_entropy", b.emit("transpose", x, perm=(1, 0)), t)
+
+    yield sample("rows", [TensorType((9, 13), dtype), Arg(TensorType((9,), int32), classes(13))],
+                 loss(), check="nmse")
+    yield sample("smoothed", [TensorType((2, 5, 7), dtype),
+                              Arg(TensorType((2, 5), int32), classes(7, ignore=0))],
+                 loss(ignore_index=0, label_smoothing=0.1), check="nmse")
+    yield sample("long_row", [TensorType((3, 4099), dtype),
+                              Arg(TensorType((3,), int32), classes(4099))], loss(), check="nmse")
+    yield sample("one_row", [TensorType((6,), dtype), Arg(TensorType((), int32), classes(6))],
+                 loss(), check="nmse")
+    yield sample("edges", [Arg(TensorType((8, 16), dtype), "edges"),
+                           Arg(TensorType((8,), int32), classes(16))], loss(), check="nmse")
+    yield sample("empty", [TensorType((0, 8), dtype), Arg(TensorType((0,), int32), classes(8))],
+                 loss())
+    yield sample("strided", [TensorType((11, 6), dtype),
+                             Arg(TensorType((6,), int32), classes(11))], strided, check="nmse")

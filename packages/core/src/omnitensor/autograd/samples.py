@@ -196,6 +196,11 @@ def _composite_samples(add: Callable[[GradSample], None]) -> None:
                        ((1, 4, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3)),
                        lambda q, k, v, c=causal: _op("scaled_dot_product_attention", q, k, v,
                                                      scale=0.5, is_causal=c)))
+    add(GradSample("cross_entropy", "ignored_row", ((3, 5),),
+                   lambda x: _op("cross_entropy", x, _ints([1, 4, -100]))))
+    add(GradSample("cross_entropy", "smoothed", ((2, 2, 4),),
+                   lambda x: _op("cross_entropy", x, _ints([[0, 3], [2, 7]]),
+                                 ignore_index=7, label_smoothing=0.2)))
     add(GradSample("scaled_dot_product_attention", "additive_mask_softcap",
                    ((1, 2, 3, 4), (1, 1, 5, 4), (1, 1, 5, 3), (1, 1, 3, 5)),
                    lambda q, k, v, m: _op("scaled_dot_product_attention", q, k, v, m, scale=0.5,

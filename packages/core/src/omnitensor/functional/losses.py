@@ -52,6 +52,14 @@ def cross_entropy(input: Tensor, target: Tensor, *, axis: int = -1, ignore_index
                          f"{input.shape} without axis {axis} (expected {expected})",
                          op="cross_entropy", shapes=[target.shape, input.shape])
     target = target.astype(int32)
+    if axis == input.ndim - 1 and input.dtype.is_floating:
+        # one composite per row: log-softmax, the picked class, smoothing and ignore_index
+        nll = Tensor._apply("cross_entropy", input, target, ignore_index=int(ignore_index),
+                            label_smoothing=float(label_smoothing))
+        if reduction != "mean":
+            return _reduce(nll, reduction, "cross_entropy")
+        count = (target != ignore_index).astype(input.dtype).sum()
+        return _reduce(nll, reduction, "cross_entropy", count)
     iota = Tensor._apply("iota", shape=input.shape, dimension=axis, dtype=int32)
     onehot = (iota == target.unsqueeze(axis)).astype(logp.dtype)
     nll = -(logp * onehot).sum(axis)

@@ -1,7 +1,7 @@
 """Gradient rules of the composites: one per composite, under the composite's name.
 
-softmax and log_softmax have the usual closed-form backward (cheaper than differentiating the
-max-shifted decomposition); the others are differentiated through their decomposition, replayed
+softmax, log_softmax and cross_entropy have the usual closed-form backward (cheaper than
+differentiating the max-shifted decomposition); the others are differentiated through their decomposition, replayed
 with Tensor ops on fresh leaves so the primitive rules run on it (as for `custom_call`).
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ...ir.opdef import Trait, all_ops, decomposition
 from . import vjp
@@ -49,5 +51,25 @@ def through_decomposition(name: str) -> Callable[..., tuple[Tensor | None, ...]]
 
 
 for _name, _opdef in all_ops().items():
-    if _opdef.has(Trait.COMPOSITE) and _name not in ("softmax", "log_softmax"):
+    if _opdef.has(Trait.COMPOSITE) and _name not in ("softmax", "log_softmax", "cross_entropy"):
         vjp(_name)(through_decomposition(_name))
+
+
+@vjp("cross_entropy")
+def _cross_entropy(g: Tensor, out: Tensor, x: Tensor, target: Tensor, *, ignore_index: int,
+                   label_smoothing: float) -> tuple[Tensor, None]:
+    # NOTE: d loss / dx = (softmax(x) - w) * g for a kept row, where w = (1 - s) onehot + s / C
+    # sums to 1; ignored rows give 0. Cheaper than differentiating the decomposition.
+    last = x.ndim - 1
+    rows = tuple(range(last))
+    probs = op("softmax", x, axes=(last,))
+    classes = op("iota", shape=x.shape, dimension=last, dtype=target.dtype)
+    wanted = op("broadcast_in_dim", target, shape=x.shape, dims=rows)
+    weights = op("convert", op("eq", classes, wanted), dtype=x.dtype)
+    if label_smoothing:
+        weights = weights * (1.0 - label_smoothing) + label_smoothing / x.shape[last]
+    kept = op("convert", op("ne", target, op("broadcast_in_dim", op(
+        "constant", value=np.asarray(ignore_index, np.int32)), shape=target.shape, dims=())),
+        dtype=x.dtype)
+    scale = op("broadcast_in_dim", g * kept, shape=x.shape, dims=rows)
+    return (probs - weights) * scale, None
