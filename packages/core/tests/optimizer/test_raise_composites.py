@@ -1,4 +1,8 @@
-"""raise_composites: every equivalent form of softmax / layer_norm / rms_norm is raised."""
+"""raise_composites: every equivalent form of each raisable composite is raised.
+
+softmax, log_softmax, layer_norm, rms_norm (structural patterns over row statistics); gelu
+(both forms), silu and the gated swiglu/geglu (recognized by value).
+"""
 
 from __future__ import annotations
 
@@ -84,6 +88,86 @@ FORMS += [(f"layer-{k}-{m}-{sc}-{a}", _layer(k, m, sc, a), "layer_norm", 3 if a 
           for a in (False, True)]
 
 
+def _log_softmax(shift: bool, keep: str) -> Callable[[Builder, Value, Value, Value], Value]:
+    def build(b: Builder, x: Value, w: Value, bias: Value) -> Value:
+        t = b.emit("sub", x, _row(b, "reduce_max", x, keep)) if shift else x
+        total = b.emit("reduce_sum", b.emit("exp", t), axes=(1,))
+        if keep == "reshape":
+            lse = b.emit("broadcast_in_dim", b.emit("log", b.emit("reshape", total,
+                                                                  shape=(4, 1))),
+                         shape=SHAPE, dims=(0, 1))
+        else:
+            lse = b.emit("broadcast_in_dim", b.emit("log", total), shape=SHAPE, dims=(0,))
+        return b.emit("sub", t, lse)
+
+    return build
+
+
+def _gelu_erf(form: str) -> Callable[..., Value]:
+    def build(b: Builder, x: Value, w: Value, bias: Value) -> Value:
+        if form == "div_sqrt2":  # 0.5 * x * (1 + erf(x / sqrt 2))
+            phi = b.emit("add", _c(b, 1.0), b.emit("erf", b.emit("div", x, _c(b, 2 ** 0.5))))
+            return b.emit("mul", b.emit("mul", _c(b, 0.5), x), phi)
+        if form == "phi":  # x * Phi(x), Phi = 0.5 * (1 + erf(x * 0.70710678))
+            erf = b.emit("erf", b.emit("mul", x, _c(b, 0.70710678)))
+            return b.emit("mul", x, b.emit("mul", _c(b, 0.5), b.emit("add", erf, _c(b, 1.0))))
+        # x * 0.5 * (1 + erf(x * (1 / sqrt 2))), the product in the other order
+        erf = b.emit("erf", b.emit("mul", _c(b, 2 ** -0.5), x))
+        return b.emit("mul", b.emit("add", erf, _c(b, 1.0)), b.emit("mul", x, _c(b, 0.5)))
+
+    return build
+
+
+def _gelu_tanh(cube: str) -> Callable[..., Value]:
+    def build(b: Builder, x: Value, w: Value, bias: Value) -> Value:
+        if cube == "pow":
+            x3 = b.emit("pow", x, _c(b, 3.0))
+        elif cube == "x*x*x":
+            x3 = b.emit("mul", b.emit("mul", x, x), x)
+        else:  # the decomposition's (0.044715 x) x x, scaled inside
+            x3 = b.emit("mul", b.emit("mul", x, x), x)
+        inner = b.emit("add", x, b.emit("mul", _c(b, 0.044715), x3))
+        t = b.emit("tanh", b.emit("mul", inner, _c(b, 0.7978845608)))
+        return b.emit("mul", b.emit("mul", x, _c(b, 0.5)), b.emit("add", t, _c(b, 1.0)))
+
+    return build
+
+
+def _silu(form: str) -> Callable[..., Value]:
+    def build(b: Builder, x: Value, w: Value, bias: Value) -> Value:
+        if form == "logistic":
+            return b.emit("mul", b.emit("logistic", x), x)
+        denom = b.emit("add", _c(b, 1.0), b.emit("exp", b.emit("neg", x)))
+        if form == "div":
+            return b.emit("div", x, denom)
+        return b.emit("mul", x, b.emit("div", _c(b, 1.0), denom))
+
+    return build
+
+
+def _gated(act: str) -> Callable[..., Value]:
+    def build(b: Builder, x: Value, w: Value, bias: Value) -> Value:
+        up = b.emit("tanh", x)  # any other value of x's type
+        gate = _silu("div")(b, x, w, bias) if act == "silu" else _gelu_erf("phi")(b, x, w, bias)
+        return b.emit("mul", up, gate)
+
+    return build
+
+
+def _gelu_of_sum(b: Builder, x: Value, w: Value, bias: Value) -> Value:
+    s = b.emit("add", x, b.emit("broadcast_in_dim", w, shape=SHAPE, dims=(1,)))
+    return _gelu_erf("div_sqrt2")(b, s, w, bias)
+
+
+FORMS += [(f"log_softmax-{s}-{k}", _log_softmax(s, k), "log_softmax", 1)
+          for s in (True, False) for k in ("reshape", "dims")]
+FORMS += [(f"gelu-erf-{f}", _gelu_erf(f), "gelu", 1) for f in ("div_sqrt2", "phi", "swapped")]
+FORMS += [(f"gelu-tanh-{f}", _gelu_tanh(f), "gelu", 1) for f in ("pow", "x*x*x", "scaled")]
+FORMS += [(f"silu-{f}", _silu(f), "silu", 1) for f in ("logistic", "div", "reciprocal")]
+FORMS += [("swiglu", _gated("silu"), "swiglu", 2), ("geglu", _gated("gelu"), "geglu", 2),
+          ("gelu-of-a-sum", _gelu_of_sum, "gelu", 1)]
+
+
 @pytest.mark.parametrize(("name", "build", "op", "arity"), FORMS, ids=[f[0] for f in FORMS])
 def test_form_is_raised_and_keeps_its_values(name: str, build: Callable[..., Value], op: str,
                                             arity: int) -> None:
@@ -118,3 +202,20 @@ def test_a_wrong_divisor_is_not_a_mean() -> None:
     ms = b.emit("div", _row(b, "reduce_sum", b.emit("mul", x, x), "dims"), _c(b, 5.0))
     fn = b.build([_scale(b, x, ms, "rsqrt")])
     assert raise_composites(fn) == 0
+
+
+@pytest.mark.parametrize("which", ["x*tanh(x)", "erf-gelu-wrong-constant", "two-inputs"])
+def test_other_expressions_with_the_markers_are_not_raised(which: str) -> None:
+    b = Builder()
+    x = b.input(TensorType(SHAPE, float32))
+    y = b.input(TensorType(SHAPE, float32))
+    if which == "x*tanh(x)":
+        out = b.emit("mul", x, b.emit("tanh", x))
+    elif which == "erf-gelu-wrong-constant":  # erf(x / 2): not Phi
+        phi = b.emit("add", _c(b, 1.0), b.emit("erf", b.emit("div", x, _c(b, 2.0))))
+        out = b.emit("mul", b.emit("mul", _c(b, 0.5), x), phi)
+    else:  # x * logistic(y)
+        out = b.emit("mul", x, b.emit("logistic", y))
+    fn = b.build([out])
+    assert raise_composites(fn) == 0
+    assert not any(i.op in ("gelu", "silu") for i in fn.body)

@@ -1,8 +1,9 @@
 """Gradient rules of the composites: one per composite, under the composite's name.
 
 softmax, log_softmax and cross_entropy have the usual closed-form backward (cheaper than
-differentiating the max-shifted decomposition); the others are differentiated through their decomposition, replayed
-with Tensor ops on fresh leaves so the primitive rules run on it (as for `custom_call`).
+differentiating the max-shifted decomposition); the others are differentiated through their
+decomposition, replayed with Tensor ops on fresh leaves so the primitive rules run on it (as for
+`custom_call`).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ class _Stat:
 class _Graph:
     def __init__(self, fn: Function) -> None:
         self.producer: dict[int, Instruction] = {r.id: i for i in fn.body for r in i.results}
+        self.order = fn.body
 
     def def_of(self, v: Value) -> Instruction | None:
         return self.producer.get(v.id)
@@ -257,7 +258,173 @@ def _row_param(g: _Graph, p: Value, row: tuple[int, ...], shape: tuple[int, ...]
     return None
 
 
-_PATTERNS: tuple[Callable[..., Match | None], ...] = (_softmax, _layer_norm, _rms_norm)
+def _log_softmax(g: _Graph, root: Instruction) -> Match | None:
+    """``t - log(sum(exp(t)))`` with t = x - max(x) (or t = x, unshifted)."""
+    if root.op != "sub":
+        return None
+    t, lse = root.operands
+    s = g.stat(lse, _shape(t))
+    if s is None or s.reduce != "reduce_sum" or s.steps != (("log", None),):
+        return None
+    exp = g.def_of(s.src)
+    if exp is None or exp.op != "exp" or exp.operands[0].id != t.id:
+        return None
+    x = t
+    shift = g.def_of(t)
+    if shift is not None and shift.op == "sub":
+        m = g.stat(shift.operands[1], _shape(t))
+        if m is not None and m.reduce == "reduce_max" and not m.steps and (
+                m.src.id == shift.operands[0].id) and m.axes == s.axes:
+            x = shift.operands[0]
+    return "log_softmax", (x,), {"axes": s.axes}
+
+
+# --- elementwise activations, recognized by their values ----------------------------------------
+# NOTE: gelu and silu have too many algebraic spellings for structural patterns (0.5 x (1 +
+# erf(x / sqrt 2)), x * 0.5 * (1 + erf(x * 0.7071)), x * Phi(x), x^3 as x*x*x or pow, silu as
+# x * logistic(x) or x / (1 + exp(-x)), ...). A small single-input elementwise expression that
+# contains the characteristic transcendental is evaluated at probe points in float64 and
+# compared with each activation; the probes span both tails and the knee, so a different
+# function (erf- vs tanh-GELU differ by up to 1e-3) cannot pass the 1e-5 tolerance.
+
+_ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "tanh", "erf", "exp", "logistic",
+                          "sqrt", "rsqrt", "pow", "reciprocal"})
+_MARKERS = frozenset({"tanh", "erf", "exp", "logistic"})
+_MAX_NODES = 24
+_PROBES = np.concatenate([np.linspace(-6.0, 6.0, 49), [-0.01, 0.003, 9.5, -9.5]])
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_erf(x: Any) -> Any:
+    from math import erf
+
+    return 0.5 * x * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x: Any) -> Any:
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def _silu(x: Any) -> Any:
+    return x / (1.0 + np.exp(-x))
+
+
+_ACTIVATIONS: tuple[tuple[str, dict[str, Any], Callable[[Any], Any]], ...] = (
+    ("gelu", {"approximate": "none"}, _gelu_erf),
+    ("gelu", {"approximate": "tanh"}, _gelu_tanh),
+    ("silu", {}, _silu),
+)
+
+
+def _expression(g: _Graph, root: Instruction) -> list[Instruction] | None:
+    """The elementwise instructions (same shape as root) feeding `root`, root last."""
+    shape = _shape(root.results[0])
+    seen: dict[int, Instruction] = {}
+    stack = [root]
+    while stack:
+        inst = stack.pop()
+        if inst.id in seen:
+            continue
+        seen[inst.id] = inst
+        if len(seen) > _MAX_NODES:
+            return None
+        for v in inst.operands:
+            prod = g.def_of(v)
+            if (prod is not None and prod.op in _ELEMENTWISE and len(prod.results) == 1
+                    and _shape(prod.results[0]) == shape and g.splat(v) is None):
+                stack.append(prod)
+    order = {id(i): n for n, i in enumerate(g.order)}
+    return sorted(seen.values(), key=lambda i: order.get(id(i), -1))
+
+
+def _probe(g: _Graph, insts: list[Instruction], leaf: Value) -> Any | None:
+    """The expression's values at the probes with `leaf` as its only input (None otherwise)."""
+    from ...ir.opdef import get_op
+
+    env: dict[int, Any] = {leaf.id: _PROBES}
+    with np.errstate(all="ignore"):
+        for inst in insts:
+            if inst.results[0].id in env:
+                continue
+            args = []
+            for v in inst.operands:
+                if v.id in env:
+                    args.append(env[v.id])
+                    continue
+                value = g.splat(v)
+                if value is None:
+                    return None  # a second input
+                args.append(np.float64(value))
+            attrs = dict(inst.attrs)
+            env[inst.results[0].id] = np.asarray(get_op(inst.op).reference(*args, **attrs),
+                                                 np.float64)
+    return env.get(insts[-1].results[0].id)
+
+
+def _activation(g: _Graph, root: Instruction) -> Match | None:
+    if root.op not in ("mul", "div") or not isinstance(root.results[0].type, TensorType):
+        return None
+    insts = _expression(g, root)
+    if insts is None or not any(i.op in _MARKERS for i in insts):
+        return None
+    inside = {r.id for i in insts for r in i.results}
+    leaves: list[Value] = []
+    for inst in insts:
+        for v in inst.operands:
+            if v.id not in inside and g.splat(v) is None and all(v.id != u.id for u in leaves):
+                leaves.append(v)
+    # NOTE: x may itself be computed elementwise (gelu(a + b)): then the expression reaches
+    # past it, and the cut is made at each inner value in turn.
+    candidates = leaves if len(leaves) == 1 else []
+    candidates += [r for i in reversed(insts[:-1]) for r in i.results]
+    for leaf in candidates:
+        if _dtype(leaf) != _dtype(root.results[0]) or _shape(leaf) != _shape(root.results[0]):
+            continue
+        values = _probe(g, [i for i in insts if _depends(g, i, leaf, inside)], leaf)
+        if values is None:
+            continue
+        for name, attrs, fn in _ACTIVATIONS:
+            want = fn(_PROBES)
+            if np.allclose(values, want, rtol=1e-5, atol=1e-6):
+                return name, (leaf,), dict(attrs)
+    return None
+
+
+def _depends(g: _Graph, inst: Instruction, leaf: Value, inside: set[int]) -> bool:
+    """Whether `inst` lies above `leaf` (reads it, directly or through the expression)."""
+    stack = [inst]
+    seen: set[int] = set()
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        for v in cur.operands:
+            if v.id == leaf.id:
+                return True
+            prod = g.def_of(v)
+            if prod is not None and v.id in inside:
+                stack.append(prod)
+    return False
+
+
+def _gated(g: _Graph, root: Instruction, uses: dict[int, int]) -> Match | None:
+    """``silu(gate) * up`` -> swiglu, ``gelu(gate) * up`` -> geglu (up of gate's type)."""
+    if root.op != "mul":
+        return None
+    for act_v, up in (root.operands, tuple(reversed(root.operands))):
+        act = g.def_of(act_v)
+        if act is None or act.op not in ("silu", "gelu") or uses.get(act_v.id, 0) != 1:
+            continue
+        gate = act.operands[0]
+        if up.type != gate.type or up.id == gate.id:
+            continue
+        return ("swiglu" if act.op == "silu" else "geglu"), (gate, up), dict(act.attrs)
+    return None
+
+
+_PATTERNS: tuple[Callable[..., Match | None], ...] = (_softmax, _log_softmax, _layer_norm,
+                                                      _rms_norm, _activation)
 
 
 def raise_composites(fn: Function) -> int:
@@ -279,7 +446,7 @@ def raise_composites(fn: Function) -> int:
                 if match is not None:
                     break
             if match is None:
-                match = _affine(g, inst, uses)
+                match = _affine(g, inst, uses) or _gated(g, inst, uses)
             if match is None:
                 continue
             op, operands, attrs = match
