@@ -1,24 +1,28 @@
 """Fused scaled-dot-product attention and rotary embedding kernels.
 
-Attention runs one (batch, query head) pair per task: for each query row the scores against
-every key, the softmax and the weighted sum of values, without materializing the (T, S) score
-matrix or copying the KV cache (keys and values are read where they lie, in any layout). Keys
-the causal rule, the cache length or a boolean mask exclude are never multiplied: their score is
-the lowest float, as in the decomposition; a soft cap (``softcap * tanh(s / softcap)``) is
-applied to the scaled scores before the mask (so a row with no key left averages every value, as
-the reference does). Grouped-query heads read their shared KV head (``h // (Hq / Hkv)``).
+Prefill and encoder attention (`GEMM_MIN_QUERIES` query rows or more) runs as two batched BLAS
+products around one fused row kernel that scales, soft-caps and masks the scores and takes their
+softmax in place. Decode attention runs one (batch, query head) pair per task: for each query
+row the scores against every key, the softmax and the weighted sum of values, without
+materializing the (T, S) score matrix or copying the KV cache (keys and values are read where
+they lie, in any layout). A soft cap (``softcap * tanh(s / softcap)``) applies to the scaled
+scores before the mask. Keys the causal rule, the cache length or a boolean mask exclude get
+the lowest float as their score, as in the decomposition (so a row with no key left averages
+every value, as the reference does). Grouped-query heads read their shared KV head
+(``h // (Hq / Hkv)``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from . import pool
+from . import pool, threads
 from ._compat import jit
 from .mathlib import exp32f, tanh32f
+from .rowops import _exp_sum32, _row_max32
 
 __all__ = ["rotary", "sdpa"]
 
@@ -148,6 +152,106 @@ def _sdpa64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
                 h, h // groups, out, scores)
 
 
+#: Query rows from which attention runs as two BLAS products around a fused mask-and-softmax
+#: row kernel (prefill, encoders) instead of the per-row kernel above (decode).
+GEMM_MIN_QUERIES: Final = 16
+
+
+@jit()
+def _mask_softmax32(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+                    scale: float, softcap: float, has_add: bool, has_keep: bool, lo: int,
+                    hi: int) -> None:
+    # scores (B, H, T, S) in place: scale, soft cap, masks, then softmax over S per row.
+    n_h, t_len, s_len = scores.shape[1], scores.shape[2], scores.shape[3]
+    lowest = np.float32(np.finfo(np.float32).min)
+    sc = np.float32(scale)
+    cap = np.float32(softcap)
+    inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
+    for task in range(lo, hi):
+        b, rest = task // (n_h * t_len), task % (n_h * t_len)
+        h, t = rest // t_len, rest % t_len
+        row = scores[b, h, t]
+        limit = s_len
+        if causal:
+            limit = min(limit, qpos[t] + 1)
+        if kvlen >= 0:
+            limit = min(limit, kvlen)
+        if softcap > 0:
+            for s in range(s_len):
+                row[s] = cap * tanh32f(row[s] * sc * inv_cap)
+        else:
+            for s in range(s_len):
+                row[s] = row[s] * sc
+        if has_add:
+            for s in range(s_len):
+                row[s] = row[s] + add[b, h, t, s]
+        for s in range(max(limit, 0), s_len):
+            row[s] = lowest
+        if has_keep:
+            for s in range(s_len):
+                if not keep[b, h, t, s]:
+                    row[s] = lowest
+        m = _row_max32(row)
+        inv = np.float32(1.0) / np.float32(_exp_sum32(row, m, row, True))
+        for s in range(s_len):
+            row[s] = row[s] * inv
+
+
+@jit()
+def _mask_softmax64(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+                    scale: float, softcap: float, has_add: bool, has_keep: bool, lo: int,
+                    hi: int) -> None:
+    n_h, t_len, s_len = scores.shape[1], scores.shape[2], scores.shape[3]
+    lowest = np.finfo(np.float64).min
+    for task in range(lo, hi):
+        b, rest = task // (n_h * t_len), task % (n_h * t_len)
+        h, t = rest // t_len, rest % t_len
+        row = scores[b, h, t]
+        limit = s_len
+        if causal:
+            limit = min(limit, qpos[t] + 1)
+        if kvlen >= 0:
+            limit = min(limit, kvlen)
+        m = -np.inf
+        nan = False
+        for s in range(s_len):
+            value = row[s] * scale
+            if softcap > 0:
+                value = softcap * math.tanh(value * (1.0 / softcap))
+            if has_add:
+                value = value + add[b, h, t, s]
+            if s >= limit or (has_keep and not keep[b, h, t, s]):
+                value = lowest
+            row[s] = value
+            nan |= value != value
+            m = value if value > m else m
+        if nan:
+            m = np.nan
+        total = 0.0
+        for s in range(s_len):
+            e = math.exp(row[s] - m)
+            row[s] = e
+            total += e
+        for s in range(s_len):
+            row[s] = row[s] / total
+
+
+def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) -> None:
+    """Scores by one batched BLAS product, masks and softmax fused in place, then P V."""
+    n_b, n_h, t_len, d = q.shape
+    n_kv, s_len, dv = k.shape[1], k.shape[2], v.shape[3]
+    g = n_h // n_kv
+    qr = np.ascontiguousarray(q).reshape(n_b, n_kv, g * t_len, d)  # heads sharing a kv head
+    threads.blas_for(2.0 * q.size * s_len)
+    scores = np.matmul(qr, np.swapaxes(k, -1, -2))  # (B, Hkv, G*T, S)
+    rows = scores.reshape(n_b, n_h, t_len, s_len)  # (B, Hq, T, S), a view
+    kernel = _mask_softmax32 if q.dtype == np.float32 else _mask_softmax64
+    pool.parallel_for(n_b * n_h * t_len, lambda lo, hi: kernel(rows, *args, lo, hi),
+                      work=rows.size * 4)
+    threads.blas_for(2.0 * rows.size * dv)
+    np.matmul(scores, v, out=out.reshape(n_b, n_kv, g * t_len, dv))
+
+
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
     """`mask` broadcast to `shape` (a strided view, no copy), or a stand-in of that shape."""
     if mask is None:
@@ -186,6 +290,10 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     else:
         qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
     kvlen = -1 if kv_length is None else max(int(kv_length), 0)
+    if t_len >= GEMM_MIN_QUERIES and out.flags.c_contiguous:
+        _sdpa_gemm(q, k, v, out, (add, keep, qpos, causal, kvlen, float(scale), float(softcap),
+                                  has_add, has_keep))
+        return
     work = n_b * n_h * t_len * s_len * q.shape[3]
     kernel = _sdpa32 if q.dtype == np.float32 else _sdpa64
     args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,

@@ -227,6 +227,14 @@ def _attention_extras(dtype: DType) -> Iterator[Sample]:
     yield sample("everything", [q, k, v, padding, *cache],
                  attend(is_causal=True, mask_kind="bool", has_q_positions=True,
                         has_kv_length=True, softcap=2.0), check="nmse")
+    # 17 query rows: long enough for backends that switch to matrix products for prefill
+    long_q, long_kv = TensorType((2, 4, 17, 8), dtype), TensorType((2, 2, 17, 8), dtype)
+    yield sample("prefill_padding_softcap",
+                 [long_q, long_kv, long_kv, Arg(TensorType((2, 1, 1, 17), bool_), keep)],
+                 attend(is_causal=True, mask_kind="bool", softcap=2.0), check="nmse")
+    yield sample("prefill_additive", [long_q, long_kv, long_kv,
+                                      Arg(TensorType((2, 1, 17, 17), dtype), "small")],
+                 attend(mask_kind="additive"), check="nmse")
     yield sample("cache_length_only", [TensorType((1, 2, 1, 8), dtype),
                                        TensorType((1, 1, 9, 8), dtype),
                                        TensorType((1, 1, 9, 8), dtype),

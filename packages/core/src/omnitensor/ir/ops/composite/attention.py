@@ -146,8 +146,6 @@ class ScaledDotProductAttentionView(OpView):
     def decompose(b: Builder, q: Value, k: Value, v: Value, extras: tuple[Value, ...], *,
                   scale: float, is_causal: bool, mask_kind: str, has_q_positions: bool,
                   has_kv_length: bool, softcap: float) -> Value:
-        from .norms import SoftmaxView
-
         bq, hq, t, d = dense(q.type).shape
         hkv, s, dv = dense(k.type).shape[1], dense(k.type).shape[2], dense(v.type).shape[3]
         g = hq // hkv
@@ -184,7 +182,9 @@ class ScaledDotProductAttentionView(OpView):
         if keep is not None:
             low = broadcast(b, scalar(b, _lowest(dense(q.type).dtype), q), full)
             scores = b.emit("select", _broadcast_to(b, keep, full), scores, low)
-        probs = SoftmaxView.decompose(b, scores, axes=(3,))
+        # NOTE: the softmax stays a composite, as F.softmax records it: a backend that expands
+        # attention still reaches its softmax row kernel.
+        probs = b.emit("softmax", scores, axes=(3,))
         probs = b.emit("reshape", probs, shape=(bq, hkv, g * t, s))
         out = b.emit("dot_general", probs, v, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))
         return b.emit("reshape", out, shape=(bq, hq, t, dv))

@@ -54,11 +54,9 @@ class CrossEntropyView(OpView):
     @staticmethod
     def decompose(b: Builder, x: Value, target: Value, *, ignore_index: int,
                   label_smoothing: float) -> Value:
-        from .norms import LogSoftmaxView
-
         shape = dense(x.type).shape
         last = len(shape) - 1
-        logp = LogSoftmaxView.decompose(b, x, axes=(last,))
+        logp = b.emit("log_softmax", x, axes=(last,))  # a composite, as F.log_softmax records
         classes = b.emit("iota", shape=shape, dimension=last, dtype=int32)
         wanted = b.emit("broadcast_in_dim", b.emit("reshape", target, shape=(*shape[:-1], 1)),
                         shape=shape, dims=tuple(range(len(shape))))
