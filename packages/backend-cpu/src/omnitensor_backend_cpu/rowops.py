@@ -32,12 +32,12 @@ _SUM_LANES: Final = 16
 
 
 @jit(inline=True)
-def _row_max32(x: Any) -> Any:
+def _row_max32(x: Any, lanes: Any) -> Any:
     # NOTE: `v if v > m else m` per lane is a vmaxps; as one scalar reduction LLVM would not
     # vectorize it without `nnan`. A NaN is skipped here but reaches the sum through exp, so the
     # row still becomes NaN, as in the reference.
     n = x.shape[0]
-    lanes = np.full(_LANES, -np.inf, np.float32)
+    lanes[:] = -np.inf  # NOTE: scratch of _LANES floats from the caller (no allocation per row)
     body = n - n % _LANES
     for start in range(0, body, _LANES):
         for j in range(_LANES):
@@ -67,14 +67,14 @@ def _exp_lanes(x: Any, m: Any, out: Any, lanes: Any, lo: int, hi: int, store: bo
 
 
 @jit(inline=True)
-def _exp_sum32(x: Any, m: Any, out: Any, store: bool) -> float:
+def _exp_sum32(x: Any, m: Any, out: Any, store: bool, lanes: Any) -> float:
     # NOTE: explicit float32 lanes (one vector register's worth) over blocks of a fixed 256
     # elements, folded into a float64 total after each block. A scalar float32 accumulator,
     # even with reassociation allowed, kept LLVM from vectorizing the loop around exp, and so
     # did a block loop whose bound was a min() (softmax 4096x4096: 27 and 42 ms of CPU against
     # 16 ms); the float64 fold keeps long rows accurate.
     n = x.shape[0]
-    lanes = np.zeros(_SUM_LANES, np.float32)
+    lanes[:_SUM_LANES] = 0.0  # scratch from the caller, as in `_row_max32`
     total = 0.0
     full = n // 256
     for block in range(full):
@@ -96,17 +96,18 @@ def _exp_sum32(x: Any, m: Any, out: Any, store: bool) -> float:
 
 @jit()
 def _softmax32(x: Any, out: Any, log: bool) -> None:
+    lanes = np.empty(_LANES, np.float32)
     for r in range(x.shape[0]):
         row, dst = x[r], out[r]
-        m = _row_max32(row)
+        m = _row_max32(row, lanes)
         if log:
-            lse = np.float32(math.log(_exp_sum32(row, m, dst, False)))
+            lse = np.float32(math.log(_exp_sum32(row, m, dst, False, lanes)))
             for j in range(row.shape[0]):
                 dst[j] = (row[j] - m) - lse
         else:
             # NOTE: the exponentials are stored and scaled in place: the row is in L1 by then,
             # so the second pass costs a multiply, where recomputing exp cost 40 % more.
-            inv = np.float32(1.0) / np.float32(_exp_sum32(row, m, dst, True))
+            inv = np.float32(1.0) / np.float32(_exp_sum32(row, m, dst, True, lanes))
             for j in range(row.shape[0]):
                 dst[j] = dst[j] * inv
 
@@ -139,10 +140,10 @@ def _softmax64(x: Any, out: Any, log: bool) -> None:
 
 
 @jit(inline=True)
-def _moment32(x: Any, shift: Any, square: bool) -> float:
+def _moment32(x: Any, shift: Any, square: bool, lanes: Any) -> float:
     """sum(x - shift) or sum((x - shift)**2) in float32 lanes folded into float64 per 256."""
     n = x.shape[0]
-    lanes = np.zeros(_SUM_LANES, np.float32)
+    lanes[:_SUM_LANES] = 0.0
     total = 0.0
     full = n // 256
     body = n - n % _SUM_LANES
@@ -174,12 +175,13 @@ def _norm32(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: flo
     # the reference does.
     cols = x.shape[1]
     n = np.float32(cols)
+    lanes = np.empty(_SUM_LANES, np.float32)
     for r in range(x.shape[0]):
         row, dst = x[r], out[r]
         mean = np.float32(0.0)
         if centre:
-            mean = np.float32(_moment32(row, mean, False)) / n
-        var = np.float32(_moment32(row, mean, True)) / n
+            mean = np.float32(_moment32(row, mean, False, lanes)) / n
+        var = np.float32(_moment32(row, mean, True, lanes)) / n
         scale = np.float32(1.0 / math.sqrt(np.float64(var + np.float32(eps))))
         if flags == 3:
             for j in range(cols):
@@ -273,14 +275,15 @@ def _xent32(x: Any, target: Any, out: Any, ignore: int, smoothing: float) -> Non
     cols = x.shape[1]
     keep = np.float32(1.0 - smoothing)
     share = np.float32(smoothing)
+    lanes = np.empty(_LANES, np.float32)
     for r in range(x.shape[0]):
         t = target[r]
         if t == ignore:
             out[r] = 0.0
             continue
         row = x[r]
-        m = _row_max32(row)
-        lse = np.float32(math.log(_exp_sum32(row, m, row, False)))
+        m = _row_max32(row, lanes)
+        lse = np.float32(math.log(_exp_sum32(row, m, row, False, lanes)))
         picked = np.float32(0.0)
         total = 0.0
         finite = True
