@@ -78,6 +78,7 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "scaled_dot_product_attention": lambda: (
         [f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 6)], {"scale": 0.5, "is_causal": True}),
     "rotary_embedding": lambda: ([f32(2, 5, 8), f32(5, 4), f32(5, 4)], {"interleaved": True}),
+    "cross_entropy": lambda: ([f32(2, 3), i32(2)], {"label_smoothing": 0.1}),
     "custom_call": lambda: ([f32(2, 3), f32(2, 3)],
                             {"name": "fused_exp_add", "decomposition": _decomposition()}),
     # linalg / indexing / quant (declared in linalg.py, indexing.py, quant.py)
