@@ -85,3 +85,21 @@ def test_small_composites_run_their_decompositions_inlined(
     xs = [np.ascontiguousarray(a) for a in xs]
     for got, want in zip(backend.run(exe, xs), evaluate(fn, xs), strict=True):
         np.testing.assert_array_equal(got, want)  # the same kernels in the same order
+
+
+def test_a_large_programs_small_composites_run_kernels(
+        backend: CpuBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A decode step: a (1, 64) rms_norm next to a weight of LARGE_PROGRAM elements.
+    from omnitensor_backend_cpu.plan import LARGE_PROGRAM
+
+    monkeypatch.delenv(codegen.MIN_ELEMENTS_ENV, raising=False)  # the default threshold
+    for rows, kind in ((LARGE_PROGRAM // 64, "rows"), (8, "ref")):
+        b = Builder()
+        x = b.input(TensorType((1, 64), float32))
+        w = b.input(TensorType((rows, 64), float32))
+        y = b.emit("rms_norm", x, axes=(1,), eps=1e-6)
+        fn = b.build([b.emit("dot_general", y, w, contracting=((1,), (1,)))])
+        exe = backend.compile(fn)
+        assert exe.plan.kinds[0] == kind, exe.plan.labels
+        xs = [np.ones((1, 64), np.float32), np.ones((rows, 64), np.float32)]
+        np.testing.assert_allclose(backend.run(exe, xs)[0], evaluate(fn, xs)[0], rtol=1e-5)

@@ -39,26 +39,29 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
     sc = np.float32(scale)
     cap = np.float32(softcap)
     inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
+    keys, values = k[b, kh], v[b, kh]  # (S, D), (S, Dv): rows read where they lie
     for t in range(t_len):
         limit = s_len
         if causal:
             limit = min(limit, qpos[t] + 1)
         if kvlen >= 0:
             limit = min(limit, kvlen)
+        query, keep_row, add_row, dst = q[b, h, t], keep[b, h, t], add[b, h, t], out[b, h, t]
         m = np.float32(-np.inf)
         for s in range(s_len):
             ok = s < limit
             if has_keep:
-                ok = ok and keep[b, h, t, s]
+                ok = ok and keep_row[s]
             if ok:
+                key = keys[s]
                 acc = np.float32(0.0)
                 for d in range(d_len):
-                    acc += q[b, h, t, d] * k[b, kh, s, d]
+                    acc += query[d] * key[d]
                 value = acc * sc
                 if softcap > 0:
                     value = cap * tanh32f(value * inv_cap)
                 if has_add:
-                    value = value + add[b, h, t, s]
+                    value = value + add_row[s]
             else:
                 value = lowest
             scores[s] = value
@@ -71,11 +74,12 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
             total += e
         inv = np.float32(1.0) / total
         for d in range(dv_len):
-            out[b, h, t, d] = 0.0
+            dst[d] = 0.0
         for s in range(s_len):
             p = scores[s] * inv
+            row = values[s]
             for d in range(dv_len):
-                out[b, h, t, d] += p * v[b, kh, s, d]
+                dst[d] += p * row[d]
 
 
 @jit(inline=True)

@@ -24,7 +24,8 @@ Kernel = Callable[[list[Array | None], Array], None]
 
 
 def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
-                 kernel: Callable[[], Kernel], kind: str, work: int | None = None) -> Draft:
+                 kernel: Callable[[], Kernel], kind: str, work: int | None = None,
+                 large: bool = False) -> Draft:
     """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
 
     Args:
@@ -37,12 +38,16 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         work: the size compared with `codegen.min_elements` (default: the result's elements;
             attention passes its score count, which grows with the KV cache while its result
             does not).
+        large: the program is large (`lowering.Lower.large`): the kernel runs at any size. Such
+            a program loads numba anyway, and a decode step's composites are small (a (1, 896)
+            rms_norm): a compiled kernel costs microseconds where the numpy decomposition costs
+            0.1 ms, 49 times per token for a 24-layer model.
     """
     result = inst.results[0]
     assert isinstance(result.type, TensorType)
     out = result.id
     owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
-    small = (result.type.size if work is None else work) < codegen.min_elements()
+    small = not large and (result.type.size if work is None else work) < codegen.min_elements()
     ids = list(reads)
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:

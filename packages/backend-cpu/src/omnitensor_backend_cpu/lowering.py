@@ -50,11 +50,14 @@ class Lower:
         function: the function being planned.
         index: the instruction's position in the body.
         step: the position its step takes in the plan.
+        large: the program holds a value of `LARGE_PROGRAM` elements or more (a model's
+            weights): its composites run compiled kernels at every size (`kernel_draft`).
     """
 
     function: Function
     index: int
     step: int
+    large: bool = False
 
 
 #: How many ops were declared at the last `sync`.
@@ -176,7 +179,7 @@ def _row_lowering(kind: str) -> Callable[[Lower, OpView], Draft | None]:
 
             return run
 
-        return kernel_draft(inst, ctx.step, ids, kernel, "rows")
+        return kernel_draft(inst, ctx.step, ids, kernel, "rows", large=ctx.large)
 
     return lowering
 
@@ -208,7 +211,8 @@ def _cross_entropy(ctx: Lower, view: OpView) -> Draft | None:
         return run
 
     width = getattr(x.type, "size", 0)
-    return kernel_draft(inst, ctx.step, [x.id, target.id], kernel, "rows", work=width)
+    return kernel_draft(inst, ctx.step, [x.id, target.id], kernel, "rows", work=width,
+                        large=ctx.large)
 
 
 def _activation_lowering(name: str) -> Callable[[Lower, OpView], Draft | None]:
@@ -242,7 +246,8 @@ def _activation_lowering(name: str) -> Callable[[Lower, OpView], Draft | None]:
 
             return run
 
-        return kernel_draft(inst, ctx.step, [v.id for v in operands], kernel, "act")
+        return kernel_draft(inst, ctx.step, [v.id for v in operands], kernel, "act",
+                            large=ctx.large)
 
     return lowering
 
@@ -281,7 +286,7 @@ def _rotary(ctx: Lower, view: OpView) -> Draft | None:
 
         return run
 
-    return kernel_draft(inst, ctx.step, [x.id, cos.id, sin.id], kernel, "rotary")
+    return kernel_draft(inst, ctx.step, [x.id, cos.id, sin.id], kernel, "rotary", large=ctx.large)
 
 
 _ATTN_ATTRS: Final = frozenset({"scale", "is_causal", "mask_kind", "has_q_positions",
@@ -327,4 +332,5 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
 
     qt, kt = (t for t in types[:2] if isinstance(t, TensorType))
     scores = math.prod(qt.shape[:3]) * kt.shape[2]  # (B, Hq, T, S)
-    return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=max(scores, result.size))
+    return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=max(scores, result.size),
+                        large=ctx.large)

@@ -39,6 +39,10 @@ __all__ = ["Plan", "build_plan"]
 #: Buffers are aligned to cache lines (and AVX registers).
 _ALIGN: Final = 64
 
+#: Elements of the largest value from which a program counts as large: its composites run
+#: compiled kernels at every size (a model with weights of a million elements and more).
+LARGE_PROGRAM: Final = 1 << 20
+
 
 
 @dataclass
@@ -264,6 +268,10 @@ def build_plan(function: Function) -> Plan:
     """Compile a verified function into a `Plan` (groups, kernels, buffers)."""
     groups = _groups(function)
     grouped = {id(i) for g in groups.values() for i in g.insts}
+    values = [*(i.value.type for i in function.inputs),
+              *(v.type for inst in function.body for v in inst.results)]
+    large = max((math.prod(getattr(t, "shape", ())) for t in values), default=0) >= (
+        LARGE_PROGRAM)
     drafts: list[Draft] = []
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
@@ -278,7 +286,7 @@ def build_plan(function: Function) -> Plan:
         if inst.op == "constant":
             template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
             continue
-        draft = lower(Lower(function, idx, len(drafts)), inst)
+        draft = lower(Lower(function, idx, len(drafts), large), inst)
         draft.label = f"{draft.kind}:{inst.op}{_shape_of(inst)}"
         drafts.append(draft)
     drafts = _drop_dead(drafts, {v.id for v in function.outputs})
