@@ -4,7 +4,9 @@ Entry points of the group ``omnitensor.backends`` are loaded one by one at first
 import, and never through pluggy's ``load_setuptools_entrypoints`` (which stops at the first
 failure): every failure is caught here, once, and kept as the reason a plugin is unavailable.
 The backend is chosen by ``OMNITENSOR_BACKEND`` (read at each unscoped use), or for a scope by
-`use_backend`. The hooks themselves are documented in `hookspecs`.
+`use_backend`. The hooks themselves are documented in `hookspecs`. Around this module:
+`isolation` runs plugin code (nothing it raises or prints escapes, probes time out), `rules`
+checks what plugins hand back, `records` holds the plain records and `messages` the errors.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from . import hookspecs
 from .contract import CONTRACT_VERSION, Backend
 from .hookspecs import PROJECT_NAME, BackendSpec, CommunicatorSpec, FunctionalAlternative
 from .isolation import PluginFailure, call_plugin, describe, probe_timeout
+from .messages import INSTALL_HINT, contract_message, not_installed, unavailable
 from .records import BackendEntry as _Entry
 from .records import BackendInfo
 from .records import PluginRecord as _Plugin
 from .rules import (
-    FIRST_PARTY,
     check_backend,
     check_specs,
     distribution_for,
@@ -60,17 +62,6 @@ logger = logging.getLogger(__name__)
 
 #: The entry-point group every backend distribution declares.
 ENTRY_POINT_GROUP: Final = "omnitensor.backends"
-
-# NOTE: first-party names serve error-message hints ("did you mean", what to pip install) and
-# are reserved for their own distributions (`rules`); selection never prefers them: first-party
-# backends register through entry points like anyone.
-_WELL_KNOWN: Final = FIRST_PARTY
-_INSTALL_HINT: Final = (
-    "pip install omnitensor-backend-cpu (portable, fast) or omnitensor-backend-ref (reference); "
-    "for GPUs omnitensor-backend-cuda or omnitensor-backend-wgpu (from a checkout of the "
-    "repository: pip install ./packages/backend-cpu, and so on)"
-)
-
 
 _NO_IMPL: Final = object()
 _SCOPE: contextvars.ContextVar[tuple[str, Backend] | None] = contextvars.ContextVar(
@@ -221,7 +212,7 @@ class _Registry:
             plugin.contract_version = spec.contract_version
             if spec.contract_version != CONTRACT_VERSION:
                 plugin.contract_ok = False
-                plugin.error = _contract_message(spec, plugin)
+                plugin.error = contract_message(spec, plugin.distribution)
         if not plugin.contract_ok:
             self._unregister(plugin)
         if not specs and plugin.error is not None:
@@ -317,30 +308,6 @@ class _Registry:
             return f"priority failed: {failure.reason}"
         return None
 
-    def _not_installed(self, name: str, source: str) -> BackendNotInstalledError:
-        installed = sorted(self._entries)
-        listing = f" (installed: {', '.join(installed) or 'none'})"
-        close = difflib.get_close_matches(name, installed, n=1, cutoff=0.6)
-        if close:
-            remedy = f"did you mean {close[0]!r}?"
-        else:
-            known = difflib.get_close_matches(name, _WELL_KNOWN, n=1, cutoff=0.6)
-            target = known[0] if known and known[0] != name else name
-            hint = f"did you mean {target!r}? " if target != name else ""
-            remedy = (f"{hint}pip install {distribution_for(target)}" + (
-                f" (from a checkout: pip install ./packages/backend-{target})"
-                if target in _WELL_KNOWN else ""))
-        return BackendNotInstalledError(
-            f"{source}backend {name!r} is not installed{listing}; {remedy}", backend=name
-        )
-
-    def _unavailable(self, name: str, reason: str, source: str) -> BackendUnavailableError:
-        return BackendUnavailableError(
-            f"{source}backend {name!r} is installed but cannot run here: {reason}; "
-            f"run `omnitensor backends` to see what is usable",
-            backend=name,
-        )
-
     # --- selection --------------------------------------------------------------------------
 
     def select(self, names: Sequence[str], source: str) -> str:
@@ -363,8 +330,8 @@ class _Registry:
             if len(failures) == 1:
                 name, reason = failures[0]
                 if reason is None:
-                    raise self._not_installed(name, source)
-                raise self._unavailable(name, reason, source)
+                    raise not_installed(name, source, self._entries)
+                raise unavailable(name, reason, source)
             parts = [
                 f"{n}: " + (r if r is not None else f"not installed (pip install "
                             f"{distribution_for(n)})")
@@ -399,11 +366,11 @@ class _Registry:
                 return usable[0][1]
             if not self._entries:
                 raise BackendNotInstalledError(
-                    f"no omnitensor backend is installed; {_INSTALL_HINT}"
+                    f"no omnitensor backend is installed; {INSTALL_HINT}"
                 )
             raise BackendUnavailableError(
                 f"no installed omnitensor backend can run here ({'; '.join(reasons)}); "
-                f"{_INSTALL_HINT}"
+                f"{INSTALL_HINT}"
             )
 
     def resolve_env(self) -> str:
@@ -457,7 +424,7 @@ class _Registry:
                 # NOTE: the backend is unusable from now on; unscoped selection moves on
                 entry.reason = f"factory failed: {failure.reason}"
                 self._resolved.clear()
-                raise self._unavailable(name, entry.reason, "") from failure
+                raise unavailable(name, entry.reason, "") from failure
             backend = self._wrap(created)
             self._instances[name] = backend
             return backend
@@ -659,18 +626,6 @@ class CommunicatorEntry:
 def communicator_entries() -> list[CommunicatorEntry]:
     """Every communicator registered by compatible plugins (see ``backend.communicators``)."""
     return _registry().communicators()
-
-
-def _contract_message(spec: BackendSpec, plugin: _Plugin) -> str:
-    dist = spec.distribution or plugin.distribution or distribution_for(spec.name)
-    if spec.contract_version > CONTRACT_VERSION:
-        remedy = "upgrade omnitensor (pip install -U omnitensor)"
-    else:
-        remedy = f"upgrade the backend (pip install -U {dist})"
-    return (
-        f"incompatible backend contract (got version {spec.contract_version} from {dist}, "
-        f"expected {CONTRACT_VERSION} by omnitensor); {remedy}"
-    )
 
 
 _REGISTRY = _Registry()
