@@ -446,6 +446,12 @@ def _ptir_case(rng: random.Random, workdir: Path, out: Path) -> str:
     text = rng.choice(_ptir_seeds())
     tokens = re.findall(r"\d+|[A-Za-z_][\w.]*|\s+|.", text)
     done = []
+    if rng.random() < 0.5:  # well-formed text, wrong numbers: reaches the verifier and kernels
+        numbers = [i for i, t in enumerate(tokens) if t.isdigit() and tokens[i - 1] != "%"]
+        at = rng.choice(numbers)
+        old, tokens[at] = tokens[at], str(rng.choice([0, 1, 2, 3, 4, 5, 6, 8, 16, 64, 2**20]))
+        out.write_text("".join(tokens))
+        return f"{at}:{old!r}->{tokens[at]!r}"
     for _ in range(rng.randint(1, 4)):
         at = rng.randrange(len(tokens))
         token = tokens[at]
@@ -497,9 +503,20 @@ def run_case(fmt: str, path: Path) -> None:
     from omnitensor.runtime.loaded import CausalLM
 
     if fmt == "ptir":
+        import math
+
+        import numpy as np
+
+        from omnitensor.ir.interpret import evaluate
+        from omnitensor.ir.types import TensorType
+
         fn = parse_function(path.read_text(encoding="utf-8", errors="replace"))
         verify(fn)
         print_function(fn)
+        types = [spec.value.type for spec in fn.inputs]
+        if all(isinstance(t, TensorType) for t in types) and sum(
+                math.prod(t.shape) for t in types) <= 1 << 16:
+            evaluate(fn, [np.ones(t.shape, t.dtype.np) for t in types])
         return
     if fmt == "spec":
         spec = ModelSpec.from_json(path)
