@@ -83,6 +83,19 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
 
 
 @jit(inline=True)
+def _normalize64(row: Any, m: float, nan: bool) -> None:
+    """`row` becomes its softmax in place, given its maximum `m` (all NaN when `nan`)."""
+    m = np.nan if nan else m
+    total = 0.0
+    for s in range(row.shape[0]):
+        e = math.exp(row[s] - m)
+        row[s] = e
+        total += e
+    for s in range(row.shape[0]):
+        row[s] = row[s] / total
+
+
+@jit(inline=True)
 def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
             scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int,
             out: Any, scores: Any) -> None:
@@ -115,17 +128,11 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
             scores[s] = value
             nan |= value != value
             m = value if value > m else m
-        if nan:
-            m = np.nan
-        total = 0.0
-        for s in range(s_len):
-            e = math.exp(scores[s] - m)
-            scores[s] = e
-            total += e
+        _normalize64(scores, m, nan)
         for d in range(dv_len):
             out[b, h, t, d] = 0.0
         for s in range(s_len):
-            p = scores[s] / total
+            p = scores[s]
             for d in range(dv_len):
                 out[b, h, t, d] += p * v[b, kh, s, d]
 
@@ -232,15 +239,7 @@ def _mask_softmax64(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, k
             row[s] = value
             nan |= value != value
             m = value if value > m else m
-        if nan:
-            m = np.nan
-        total = 0.0
-        for s in range(s_len):
-            e = math.exp(row[s] - m)
-            row[s] = e
-            total += e
-        for s in range(s_len):
-            row[s] = row[s] / total
+        _normalize64(row, m, nan)
 
 
 def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) -> None:
