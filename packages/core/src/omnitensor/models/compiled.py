@@ -204,9 +204,11 @@ class CompiledModel:
         out = []
         for name in sorted(self._tables):
             blocks, fmt = self._tables[name]
-            index = np.clip(tokens.astype(np.int64), 0, blocks.shape[0] - 1)  # gather's clamp
+            # gather's clamp (np.clip costs more than the rest of a one-token lookup)
+            index = np.minimum(np.maximum(tokens.astype(np.int64), 0), blocks.shape[0] - 1)
             rows = quant_blocks.dequantize(blocks[index], fmt)
-            out.append(from_numpy(rows.astype(np.float32), copy=False).to(self.backend))
+            # a fresh array: the step uploads it with the other inputs (compile's leaves)
+            out.append(from_numpy(rows, copy=False))
         return out
 
     def _run(self, ctx: StepContext) -> StepContext:
@@ -263,11 +265,14 @@ class CompiledModel:
         if start + tokens.shape[1] > capacity:
             raise ShapeError(f"step: {start} + {tokens.shape[1]} tokens exceed the cache "
                              f"capacity {capacity}")
-        logits, new_cache = self._prefill(from_numpy(tokens.astype(np.int32)),
-                             from_numpy(positions.astype(np.int32)),
-                             from_numpy(key_mask.astype(np.bool_)),
-                             from_numpy(np.asarray(start, np.int32)), cache,
-                             from_numpy(last.astype(np.int32)), self._rows(tokens))
+        # NOTE: fresh arrays (astype copies) need no second copy; the cache on the backend
+        # makes the compiled call run there
+        logits, new_cache = self._prefill(from_numpy(tokens.astype(np.int32), copy=False),
+                                          from_numpy(positions.astype(np.int32), copy=False),
+                                          from_numpy(key_mask.astype(np.bool_), copy=False),
+                                          from_numpy(np.array(start, np.int32), copy=False),
+                                          cache, from_numpy(last.astype(np.int32), copy=False),
+                                          self._rows(tokens))
         return logits, new_cache
 
     # --- encoder -------------------------------------------------------------------------------

@@ -182,14 +182,18 @@ class CompiledFunction(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the compiled plan for these arguments' signature (tracing `fn` on a new one)."""
+        # NOTE: one pass builds the spec of (args, kwargs) exactly as _flatten((args, kwargs))
+        # would and notes each tensor leaf's top-level argument (a decode step passes dozens
+        # of cache tensors: walking them twice was a measurable part of the step's overhead).
         arg_leaves: list[Tensor] = []
-        spec = _flatten((args, kwargs), arg_leaves)
-        realize_refs([t._ref() for t in arg_leaves])
         owners: list[int] = []  # top-level argument position of each tensor leaf
+        arg_specs = []
         for position, arg in enumerate(args):
-            count: list[Tensor] = []
-            _flatten(arg, count)
-            owners.extend([position] * len(count))
+            before = len(arg_leaves)
+            arg_specs.append(_flatten(arg, arg_leaves))
+            owners.extend([position] * (len(arg_leaves) - before))
+        spec = ("tuple", (("tuple", tuple(arg_specs)), _flatten(kwargs, arg_leaves)))
+        realize_refs([t._ref() for t in arg_leaves])
         for position in self.donate:
             if position >= len(args):
                 raise OmnitensorError(f"compile: donate index {position} is not an argument "
@@ -295,7 +299,11 @@ class CompiledFunction(Generic[P, R]):
             current: Ref = (node, index)
             for source in trace.handles.get(pos, []):
                 handle = source()
-                if handle is not None and handle._node.types[handle._index] == node.types[index]:
+                if handle is None:
+                    continue
+                if handle._node is node and handle._index == index:  # not rebound (weights)
+                    break
+                if handle._node.types[handle._index] == node.types[index]:
                     current = (handle._node, handle._index)
                     break
             refs.append(current)
