@@ -2,17 +2,20 @@
 
 A Llama with Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV heads, intermediate
 4864, vocab 32000, tied embeddings, rope_theta 1e6) gets random weights (seed 0) and is saved with
-transformers' ``save_pretrained`` to a temporary folder, and written as GGUF (F32 and Q8_0)
-through `omnitensor.io.write_gguf`. Each system runs batch 1, a 16-token prompt and 64 greedy new
-tokens; systems alternate round by round and medians are printed with their ratio to torch
-(what counts on a shared machine). llama.cpp (``llama_cpp``) joins only when importable.
+transformers' ``save_pretrained`` to a temporary folder, and written as GGUF (F32, F16, Q8_0,
+Q4_K_M) through `omnitensor.models.export_gguf`, with a byte-level vocabulary (token i < 256 is
+byte i) so that a text prompt is the same token ids for every system. Each system runs batch 1,
+a 16-token prompt (``--context N``: an N - 64 token prompt, so that the last tokens are decoded
+at context N) and 64 greedy new tokens; systems alternate round by round and medians are printed
+with their ratio to llama.cpp of the same type (else torch) (what counts on a shared machine).
+llama.cpp (``llama_cpp``) joins only when importable.
 
-omnitensor runs go through `CompiledModel.step` (the same compiled prefill/decode programs
-`CausalLM.generate` uses, without a tokenizer). For the cpu backend the per-step Python overhead
-(everything that is not inside a plan step) is measured and printed.
+omnitensor runs go through the user's path, ``load_model(gguf).generate(text)``. For the cpu
+backend the per-step Python overhead (everything that is not inside a plan step) is measured
+and printed.
 
     python benchmarks/decode.py [--backend cpu] [--rounds 3] [--small] [--systems ...]
-        [--prompt 16] [--new 64]
+        [--prompt 16] [--new 64] [--context 2048]
 
 Under `run.py` the medians are recorded as figures (``decode.<system>.tok_s``,
 ``prefill<N>.<system>.ms``, ``compile.<system>.s``, ``overhead.<system>.pct``, and with a single
@@ -26,7 +29,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,54 +70,46 @@ def save_gguf(hf: Path, out: Path, dtype: str) -> Path:
 
     ck = from_hf_dir(hf)
     vocab = int(ck.hparams["vocab_size"])
-    tokens = [f"<t{i}>" for i in range(vocab - 1)] + ["<t0><t0>"]
+    # GPT-2's byte-level alphabet: token i < 256 is byte i, so text prompts are byte ids
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    shifted = iter(range(256, 512))
+    alphabet = [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]
+    # one merge, of the NUL byte with itself (llama.cpp needs one; prompts never hold NUL)
+    tokens = alphabet + [f"<t{i}>" for i in range(256, vocab - 1)] + [alphabet[0] * 2]
     tokenizer = {
         "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
         "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * vocab,
-        "tokenizer.ggml.merges": ["<t0> <t0>"], "tokenizer.ggml.eos_token_id": vocab - 2,
+        "tokenizer.ggml.merges": [f"{alphabet[0]} {alphabet[0]}"], "tokenizer.ggml.eos_token_id": vocab - 2,
         "tokenizer.ggml.add_bos_token": False,
     }
     return export_gguf(ck, out, dtype=dtype, tokenizer_metadata=tokenizer)
+
+
+def prompt_text(n: int) -> str:
+    """n random lowercase letters (seed 1): n byte tokens for every system."""
+    rng = np.random.default_rng(1)
+    return "".join(chr(97 + int(c)) for c in rng.integers(0, 26, n))
 
 
 # --- systems --------------------------------------------------------------------------------
 
 
 class OmniSystem:
-    """omnitensor through `CompiledModel.step` (prefill bucket, then one-token decode steps)."""
+    """omnitensor through the user's path: ``load_model(gguf).generate(text)``."""
 
     def __init__(self, path: Path, backend: str) -> None:
-        from omnitensor.models import ModelBuilder
-        from omnitensor.models.checkpoint import open_checkpoint
-        from omnitensor.models.spec import builtin_spec
+        from omnitensor.runtime import load_model
 
-        # NOTE: a random model has no tokenizer, so `runtime.load_model` (which wraps a
-        # `CausalLM` needing one) is bypassed; the compiled model is the same.
-        checkpoint = open_checkpoint(path)
-        spec = builtin_spec(checkpoint.arch)
-        self.model = ModelBuilder().with_spec(spec).with_checkpoint(checkpoint).build(backend)
+        self.lm = load_model(path, backend)
+        self.model = self.lm.model  # the CompiledModel (for the overhead measurement)
         self.capacity = 1 << (PROMPT + NEW - 1).bit_length()
 
-    def run(self, prompt: list[int], new: int, timer: Callable[[], None] | None = None
-            ) -> tuple[float, float, list[int]]:
-        model, cap = self.model, self.capacity
-        tokens = np.array([prompt], np.int64)
-        key_mask = np.ones((1, 1, 1, cap), np.bool_)
-        cache = model.new_cache(1, cap)
-        t0 = time.perf_counter()
-        logits, cache = model.step(tokens, np.arange(PROMPT)[None], key_mask, 0, cache,
-                                   np.array([PROMPT - 1]))
-        token = int(np.argmax(logits.numpy()[0]))
-        t1 = time.perf_counter()
-        out = [token]
-        for i in range(new - 1):
-            slot = PROMPT + i
-            logits, cache = model.step(np.array([[token]]), np.array([[slot]]), key_mask, slot,
-                                       cache, np.zeros(1))
-            token = int(np.argmax(logits.numpy()[0]))
-            out.append(token)
-        t2 = time.perf_counter()
-        return t1 - t0, (new - 1) / (t2 - t1), out
+    def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:
+        text = bytes(prompt).decode("latin-1")
+        assert list(self.lm.tokenizer.encode(text)) == prompt, "prompt ids differ"
+        out = self.lm.generate(text, max_new_tokens=new)
+        done = len(out.token_ids) - 1
+        return out.prefill_s, done / out.decode_s if out.decode_s else 0.0, out.token_ids
 
 
 class TorchSystem:
@@ -154,7 +148,7 @@ class LlamaCppSystem:
     def __init__(self, gguf: Path) -> None:
         import llama_cpp
 
-        n_ctx = max(256, 1 << (PROMPT + NEW).bit_length())
+        n_ctx = max(256, 1 << (PROMPT + NEW - 1).bit_length())
         self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads(),
                                    use_mmap=False, verbose=False, logits_all=False)
 
@@ -206,14 +200,15 @@ def step_overhead(system: OmniSystem, steps: int = 16) -> tuple[float, float] | 
     model, cap = system.model, system.capacity
     key_mask = np.ones((1, 1, 1, cap), np.bool_)
     cache = model.new_cache(1, cap)
-    tokens = np.zeros((1, PROMPT), np.int64)
-    logits, cache = model.step(tokens, np.arange(PROMPT)[None], key_mask, 0, cache,
-                               np.array([PROMPT - 1]))
+    prompt = min(PROMPT, 16)  # the steps' cost does not depend on it; a long prefill would
+    tokens = np.zeros((1, prompt), np.int64)
+    logits, cache = model.step(tokens, np.arange(prompt)[None], key_mask, 0, cache,
+                               np.array([prompt - 1]))
     totals, outside = [], []
     cpu_plan.Plan.run = timed_run  # type: ignore[method-assign]
     try:
         for i in range(steps):
-            slot = PROMPT + i
+            slot = prompt + i
             kernel_time[0] = 0.0
             t = time.perf_counter()
             logits, cache = model.step(np.array([[1]]), np.array([[slot]]), key_mask, slot,
@@ -227,32 +222,53 @@ def step_overhead(system: OmniSystem, steps: int = 16) -> tuple[float, float] | 
     return statistics.median(totals), statistics.median(outside)
 
 
-def peak_memory(name: str, path: Path, shape: dict[str, int], capacity: int) -> None:
+_PEAK_CHILD = """
+import sys; sys.path.insert(0, {here!r})
+import decode
+from pathlib import Path
+decode.PROMPT, decode.NEW = {prompt}, {new}
+def rss(key):
+    with open('/proc/self/status') as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key))
+import numpy, omnitensor.runtime
+{imports}
+base = rss('VmRSS')
+system = decode.{cls}(Path({path!r}){args})
+system.run(list({prompt_ids!r}), {new})
+print(base, rss('VmHWM'))
+"""
+
+
+def peak_memory(name: str, path: Path, shape: dict[str, int], capacity: int,
+                prompt: list[int]) -> None:
     """Print (and record) the peak RSS of a fresh process that loads `path` and decodes.
 
     A fresh process, so the torch model this one built to write the files does not count; the
-    interpreter, numpy, numba and omnitensor themselves do (about 250 MB before any weight).
+    interpreter, numpy, numba and omnitensor themselves do (about 110 MB after imports, 200 MB
+    with the compiled kernels), so the peak is printed with what the process held after its
+    imports and before loading (``base``) too.
     """
     import subprocess
 
+    omni = name.startswith("omni-")
     # NOTE: VmHWM, not ru_maxrss: the latter survives fork+exec, so a child would report the
     # parent's peak (the torch model this process built).
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            f"import decode; from pathlib import Path; "
-            f"decode.PROMPT, decode.NEW = {PROMPT}, {NEW}; "
-            f"s = decode.OmniSystem(Path({str(path)!r}), 'cpu'); "
-            f"s.run(list(range(3, {PROMPT + 3})), {NEW}); "
-            "print(next(int(line.split()[1]) for line in open('/proc/self/status') "
-            "if line.startswith('VmHWM')))")
+    code = _PEAK_CHILD.format(
+        here=str(Path(__file__).parent), prompt=PROMPT, new=NEW, path=str(path),
+        prompt_ids=prompt, cls="OmniSystem" if omni else "LlamaCppSystem",
+        args=", 'cpu'" if omni else "",
+        imports="import omnitensor_backend_cpu.backend, numba" if omni else "import llama_cpp")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    peak = int(out.stdout.strip().splitlines()[-1]) / 1024
+    base_kb, peak_kb = (int(v) for v in out.stdout.strip().splitlines()[-1].split())
+    peak, base = peak_kb / 1024, base_kb / 1024
     heads = shape["num_attention_heads"]
     head = shape["hidden_size"] // heads
     kv = 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * capacity * head * 4
     budget = (path.stat().st_size + kv) / 2**20
-    print(f"  {name}: peak RSS of a fresh process decoding {NEW} tokens {peak:.0f} MB; file + "
-          f"KV cache {budget:.0f} MB ({peak / budget:.2f}x)")
-    record(f"memory.{name}.peak_mb", peak, budget_mb=budget)
+    print(f"  {name}: peak RSS of a fresh process decoding {NEW} tokens {peak:.0f} MB "
+          f"({peak / budget:.2f}x file + KV cache {budget:.0f} MB); after imports {base:.0f} MB, "
+          f"so loading and decoding added {peak - base:.0f} MB ({(peak - base) / budget:.2f}x)")
+    record(f"memory.{name}.peak_mb", peak, budget_mb=budget, base_mb=base)
 
 
 def main() -> None:
@@ -263,28 +279,30 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", action="store_true", help="a tiny model for a quick run")
     parser.add_argument("--systems", default="omni-f32,omni-q8_0,torch,llama.cpp-f32,"
-                        "llama.cpp-q8_0")
+                        "llama.cpp-q8_0", help="omni-<type>, llama.cpp-<type> (type: f32, f16, "
+                        "bf16, q8_0, q4_k_m, ...) and torch")
     parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens")
     parser.add_argument("--new", type=int, default=NEW, help="new tokens per round")
+    parser.add_argument("--context", type=int, default=0,
+                        help="decode the last NEW tokens at this context (prompt = N - NEW)")
+    parser.add_argument("--memory", action="store_true",
+                        help="also the peak RSS of each GGUF system in a fresh process")
     args = parser.parse_args()
-    PROMPT, NEW = args.prompt, args.new
+    PROMPT, NEW = (args.context - args.new if args.context else args.prompt), args.new
     wanted = args.systems.split(",")
     shape = SMALL if args.small else FULL
     with tempfile.TemporaryDirectory(prefix="omni-decode-") as tmp:
         folder = Path(tmp)
         t = time.perf_counter()
         hf = save_model(folder, shape)
-        ggufs = {d: save_gguf(hf, folder / f"model-{d}.gguf", d)
-                 for d in ("f32", "q8_0", "q4_k_m")
-                 if f"omni-{d}" in wanted or f"llama.cpp-{d}" in wanted}
+        types = sorted({n.split("-", 1)[1] for n in wanted if n != "torch"})
+        ggufs = {d: save_gguf(hf, folder / f"model-{d}.gguf", d) for d in types}
         print(f"model {shape} written in {time.perf_counter() - t:.1f} s")
         systems: dict[str, Any] = {}
         for name in wanted:
             t = time.perf_counter()
             try:
-                if name == "omni-f32":
-                    systems[name] = OmniSystem(hf, args.backend)
-                elif name.startswith("omni-"):
+                if name.startswith("omni-"):
                     systems[name] = OmniSystem(ggufs[name[5:]], args.backend)
                 elif name == "torch":
                     systems[name] = TorchSystem(hf)
@@ -294,8 +312,7 @@ def main() -> None:
                 print(f"{name}: skipped ({error})")
                 continue
             print(f"{name}: loaded in {time.perf_counter() - t:.1f} s")
-        rng = np.random.default_rng(1)
-        prompt = [int(x) for x in rng.integers(3, shape["vocab_size"], PROMPT)]
+        prompt = list(prompt_text(PROMPT).encode())
         for name, system in systems.items():  # warm-up: compiles, first-touch
             t = time.perf_counter()
             system.run(prompt, 4)
@@ -311,16 +328,18 @@ def main() -> None:
                 prefill[name].append(p)
                 tps[name].append(r)
                 tokens[name] = toks
-        ref = statistics.median(tps["torch"]) if "torch" in tps else None
-        print(f"\nbatch 1, {PROMPT}-token prompt, {NEW} new tokens greedy, "
-              f"{args.rounds} rounds interleaved (medians)")
+        print(f"\nbatch 1, {PROMPT}-token prompt, {NEW} new tokens greedy (decoded at context "
+              f"{PROMPT + 1}..{PROMPT + NEW}), {args.rounds} rounds interleaved (medians)")
         for name in systems:
             r = statistics.median(tps[name])
-            ratio = f"  {r / ref:5.2f}x torch" if ref else ""
-            agree = ""
-            if "torch" in tokens and name != "torch":
-                same = sum(a == b for a, b in zip(tokens[name], tokens["torch"], strict=True))
-                agree = f"  tokens equal to torch: {same}/{NEW}"
+            # the competitor: llama.cpp on the same file type, else torch
+            other = f"llama.cpp-{name[5:]}" if name.startswith("omni-") else None
+            other = other if other in systems else ("torch" if "torch" in systems else None)
+            ratio = agree = ""
+            if other and other != name:
+                ratio = f"  {r / statistics.median(tps[other]):5.2f}x {other}"
+                same = sum(a == b for a, b in zip(tokens[name], tokens[other], strict=False))
+                agree = f"  tokens equal to {other}: {same}/{len(tokens[name])}"
             print(f"  {name:15s} prefill {statistics.median(prefill[name]) * 1e3:8.1f} ms  "
                   f"decode {r:7.2f} tok/s{ratio}{agree}")
             record(f"decode.{name}.tok_s", r)
@@ -336,8 +355,11 @@ def main() -> None:
                               f"{outside / total * 100:.1f} %")
                         record(f"overhead.{name}.pct", outside / total * 100)
         omni = [n for n in systems if n.startswith("omni-")]
-        if len(systems) == 1 and omni and omni[0] != "omni-f32":
-            peak_memory(omni[0], ggufs[omni[0][5:]], shape, systems[omni[0]].capacity)
+        if args.memory or (len(systems) == 1 and omni):
+            for name in systems:
+                if name != "torch":
+                    capacity = 1 << (PROMPT + NEW - 1).bit_length()
+                    peak_memory(name, ggufs[name.split("-", 1)[1]], shape, capacity, prompt)
     sys.stdout.flush()
 
 

@@ -221,8 +221,8 @@ class CausalLM(LoadedModel):
                 out[row].append(token)
                 if stream:
                     yield self.tokenizer.decode([token]), None  # type: ignore[misc]
-                text = self.tokenizer.decode(out[row])
-                if any(s in text for s in stop):
+                # (decoding the whole continuation each token is only needed for stop strings)
+                if stop and any(s in self.tokenizer.decode(out[row]) for s in stop):
                     done[row], reasons[row] = True, "stop"
             if all(done) or i == max_new_tokens - 1:
                 break
