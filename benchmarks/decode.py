@@ -79,7 +79,8 @@ def save_gguf(hf: Path, out: Path, dtype: str) -> Path:
     tokenizer = {
         "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
         "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * vocab,
-        "tokenizer.ggml.merges": [f"{alphabet[0]} {alphabet[0]}"], "tokenizer.ggml.eos_token_id": vocab - 2,
+        "tokenizer.ggml.merges": [f"{alphabet[0]} {alphabet[0]}"],
+        "tokenizer.ggml.eos_token_id": vocab - 2,
         "tokenizer.ggml.add_bos_token": False,
     }
     return export_gguf(ck, out, dtype=dtype, tokenizer_metadata=tokenizer)

@@ -20,19 +20,25 @@ from omnitensor_backend_cpu import half
 NUMPY = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
+# the hardware conversion where the CPU has one, and the integer arithmetic used elsewhere
+HARDWARE = [False, True] if half.HALF_CONVERSION else [False]
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
-def test_widening_is_exact_for_every_bit_pattern(fmt: str) -> None:
+def test_widening_is_exact_for_every_bit_pattern(fmt: str, hardware: bool) -> None:
     bits = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)
     want = bits.view(NUMPY[fmt]).astype(np.float32)
-    got = half.widen(bits, fmt)
+    got = half.widen(bits, fmt, hardware=hardware)
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
 
 
+@pytest.mark.parametrize("hardware", HARDWARE)
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
 @pytest.mark.parametrize("m", [1, 3, 17])  # row reductions (decode) and widened tiles (prefill)
-def test_qmatmul_matches_the_reference(fmt: str, m: int) -> None:
+def test_qmatmul_matches_the_reference(fmt: str, m: int, hardware: bool) -> None:
     rng = np.random.default_rng(m)
     w = rng.standard_normal((300, 192)).astype(np.float32)
     w[4, :3] = [0.0, 3e-7, -6e-8]  # zero and subnormal halves take the exact pass
@@ -40,7 +46,7 @@ def test_qmatmul_matches_the_reference(fmt: str, m: int) -> None:
     blocks.flags.writeable = False
     x = rng.standard_normal((m, 192)).astype(np.float32)
     out = np.empty((m, 300), np.float32)
-    half.qmatmul(x, blocks, fmt, out)
+    half.qmatmul(x, blocks, fmt, out, hardware=hardware)
     want = x.astype(np.float64) @ quant_blocks.dequantize(blocks, fmt).T.astype(np.float64)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     assert half.row_flags(blocks, fmt) is half.row_flags(blocks, fmt)  # computed once

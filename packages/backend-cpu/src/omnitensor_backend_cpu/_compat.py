@@ -109,6 +109,45 @@ def _bitcast_i32_f32(typingctx: Any, value: Any) -> Any:
 f32_from_bits: Any = _bitcast_i32_f32
 
 
+@_intrinsic
+def _half_to_f32(typingctx: Any, value: Any) -> Any:
+    # NOTE: LLVM's `fpext half -> float`: the hardware conversion (x86 F16C vcvtph2ps, which
+    # vectorizes; AArch64 fcvt), exact for every bit pattern. Only used where `HALF_CONVERSION`.
+    if value != _types.uint16:
+        return None
+    sig = _types.float32(_types.uint16)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        half = builder.bitcast(args[0], _llvm_ir.HalfType())
+        return builder.fpext(half, _llvm_ir.FloatType())
+
+    return sig, codegen
+
+
+#: ``f32_from_half(h)``: the float32 value of the IEEE half whose bits are the uint16 `h`
+#: (compiled code only; see `HALF_CONVERSION`).
+f32_from_half: Any = _half_to_f32
+
+
+def _half_conversion() -> bool:
+    import platform
+
+    from llvmlite import binding
+
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return True
+    if machine not in ("x86_64", "amd64"):
+        return False
+    features: Any = binding.get_host_cpu_features()
+    return bool(features.get("f16c", False))
+
+
+#: Whether the CPU converts halves in hardware (x86 F16C, AArch64): else LLVM would call a
+#: runtime library function that numba may not link, and `half` uses integer arithmetic.
+HALF_CONVERSION: Final[bool] = _half_conversion()
+
+
 def _apply_pending_threads() -> None:
     from . import threads
 

@@ -1,10 +1,11 @@
 """`qmatmul` over 16-bit float weights (``f16``, ``bf16``) read as they are stored.
 
-A float16/bfloat16 matrix is never widened to a float32 copy: each weight row is widened into a
-small float32 buffer as it is read (numba has no half-precision arithmetic, so the bits are
-converted with integer operations that vectorize), then reduced against the activation rows.
-Decode (a few activation rows) streams the weight once at 2 bytes per element; prefill widens a
-tile of rows at a time and multiplies it with BLAS.
+A float16/bfloat16 matrix is never widened to a float32 copy: each element is widened as it is
+read (bfloat16 by a shift and a bit-cast; float16 by the CPU's conversion instruction, F16C on
+x86, through an LLVM intrinsic) and reduced against the activation rows, so decode (a few
+activation rows) streams the weight once at 2 bytes per element; prefill widens a tile of rows
+at a time and multiplies it with BLAS. On a CPU without half conversion (`HALF_CONVERSION`),
+float16 rows are converted with integer operations into a small buffer first (`_widen`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Final
 import numpy as np
 
 from . import pool
-from ._compat import jit
+from ._compat import HALF_CONVERSION, f32_from_bits, f32_from_half, jit
 
 __all__ = ["FORMATS", "qmatmul", "row_flags", "widen"]
 
@@ -74,6 +75,33 @@ def _rows(x: Any, w: Any, flags: Any, out: Any, lo: int, hi: int, is_f16: bool) 
 
 
 @jit()
+def _rows_direct(x: Any, w: Any, out: Any, lo: int, hi: int, is_f16: bool) -> None:
+    m_rows, k = x.shape
+    for n in range(lo, hi):
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            if is_f16:
+                for j in range(k):
+                    acc += x[m, j] * f32_from_half(w[n, j])
+            else:
+                for j in range(k):
+                    acc += x[m, j] * f32_from_bits(np.int32(w[n, j]) << 16)
+            out[m, n] = acc
+
+
+@jit()
+def _tile_direct(w: Any, tile: Any, lo: int, hi: int, is_f16: bool) -> None:
+    k = w.shape[1]
+    for n in range(lo, hi):
+        if is_f16:
+            for j in range(k):
+                tile[n - lo, j] = f32_from_half(w[n, j])
+        else:
+            for j in range(k):
+                tile[n - lo, j] = f32_from_bits(np.int32(w[n, j]) << 16)
+
+
+@jit()
 def _tile(w: Any, flags: Any, tile: Any, lo: int, hi: int, is_f16: bool) -> None:
     for n in range(lo, hi):
         _widen(w[n], tile[n - lo].view(np.int32), tile[n - lo], is_f16, flags[n] != 0)
@@ -112,26 +140,41 @@ def row_flags(blocks: Array, format: str) -> Array:
     return flags
 
 
-def widen(w: Array, format: str) -> Array:
-    """float32 (N, K) values of 16-bit weights `w` (uint16 [N, K]); tests and tiles use it."""
+def widen(w: Array, format: str, *, hardware: bool = HALF_CONVERSION) -> Array:
+    """float32 (N, K) values of 16-bit weights `w` (uint16 [N, K]); tests and tiles use it.
+
+    `hardware` picks the conversion instruction (where the CPU has one) or integer arithmetic.
+    """
     out = np.empty(w.shape, np.float32)
-    _tile(w, _row_flags(w, format), out, 0, w.shape[0], format == "f16")
+    if hardware:
+        _tile_direct(w, out, 0, w.shape[0], format == "f16")
+    else:
+        _tile(w, _row_flags(w, format), out, 0, w.shape[0], format == "f16")
     return out
 
 
-def qmatmul(x: Array, blocks: Array, format: str, out: Array) -> None:
+def qmatmul(x: Array, blocks: Array, format: str, out: Array, *,
+            hardware: bool = HALF_CONVERSION) -> None:
     """Out (M, N) = x (M, K) float32 @ widen(w).T, w the (N, 2K) bytes of `format`."""
     n = blocks.shape[0]
-    flags = row_flags(blocks, format)
+    direct = hardware or format == "bf16"
+    flags = None if direct else row_flags(blocks, format)
     w = blocks.view(np.uint16)  # (N, K); ggml stores both formats little-endian
     k = w.shape[1]
     is_f16 = format == "f16"
     if x.shape[0] <= ROWS_MAX:
-        pool.parallel_for(n, lambda lo, hi: _rows(x, w, flags, out, lo, hi, is_f16),
-                          work=(n * k) >> (24 - 17), grain=16)
+        if direct:
+            pool.parallel_for(n, lambda lo, hi: _rows_direct(x, w, out, lo, hi, is_f16),
+                              work=(n * k) >> (24 - 17), grain=16)
+        else:
+            pool.parallel_for(n, lambda lo, hi: _rows(x, w, flags, out, lo, hi, is_f16),
+                              work=(n * k) >> (24 - 17), grain=16)
         return
     tile = np.empty((min(TILE, n), k), np.float32)
     for lo in range(0, n, TILE):
         hi = min(lo + TILE, n)
-        _tile(w, flags, tile, lo, hi, is_f16)
+        if direct:
+            _tile_direct(w, tile, lo, hi, is_f16)
+        else:
+            _tile(w, flags, tile, lo, hi, is_f16)
         np.matmul(x, tile[: hi - lo].T, out=out[:, lo:hi])

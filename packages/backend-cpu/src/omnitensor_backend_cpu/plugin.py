@@ -67,8 +67,9 @@ def omnitensor_prepare_weight(backend: Backend, name: str, array: Any, type: Any
         return None
     from . import half, quant
 
-    if fmt in half.FORMATS:  # computed on as stored; which rows need the exact pass, once
-        half.row_flags(array, fmt)
+    if fmt in half.FORMATS:  # computed on as stored
+        if fmt == "f16" and not half.HALF_CONVERSION:  # rows needing the exact pass, once
+            half.row_flags(array, fmt)
         return array
     if fmt not in quant.FORMATS:
         return None
