@@ -19,7 +19,7 @@ import numpy as np
 from . import pool
 from ._compat import HALF_CONVERSION, f32_from_bits, f32_from_half, jit
 
-__all__ = ["FORMATS", "qmatmul", "row_flags", "widen"]
+__all__ = ["FORMATS", "HALF_CONVERSION", "qmatmul", "row_flags", "widen"]
 
 Array = np.ndarray[Any, Any]
 
