@@ -129,3 +129,27 @@ def test_stream_consumer_interrupted_leaves_model_usable(interrupt: type[BaseExc
     gen.close()  # abandoned mid-generation
     assert model.generate("12+3=", 5).text == expected
     assert "".join(model.stream("12+3=", 5)) == expected
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])
+def test_interrupt_inside_a_decode_step_leaves_model_usable(
+        monkeypatch: pytest.MonkeyPatch, interrupt: type[BaseException]) -> None:
+    fresh = load_model(shipped_model("char-gpt.gguf"), "ref")
+    expected = fresh.generate("12+3=", 5).text
+    model = load_model(shipped_model("char-gpt.gguf"), "ref")
+    backend = model.model.backend
+    real_run = backend.run
+    calls = {"n": 0}
+
+    def flaky_run(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the second decode step, with the KV cache donated
+            raise interrupt("stopped inside the backend")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "run", flaky_run)
+    with pytest.raises(interrupt):
+        model.generate("61+17=", 8)
+    assert calls["n"] == 3
+    assert model.generate("12+3=", 5).text == expected
+    assert "".join(model.stream("12+3=", 5)) == expected
