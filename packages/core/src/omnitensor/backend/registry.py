@@ -5,8 +5,9 @@ import, and never through pluggy's ``load_setuptools_entrypoints`` (which stops 
 failure): every failure is caught here, once, and kept as the reason a plugin is unavailable.
 The backend is chosen by ``OMNITENSOR_BACKEND`` (read at each unscoped use), or for a scope by
 `use_backend`. The hooks themselves are documented in `hookspecs`. Around this module:
-`isolation` runs plugin code (nothing it raises or prints escapes, probes time out), `rules`
-checks what plugins hand back, `records` holds the plain records and `messages` the errors.
+`loading` imports plugins and claims names, `isolation` runs plugin code (nothing it raises or
+prints escapes, probes time out), `rules` checks what plugins hand back, `records` holds the
+plain records and `messages` the errors.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import difflib
 import importlib.metadata as metadata
 import logging
 import os
@@ -23,23 +23,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import pluggy
-
-from .._logging import configure_logging
 from ..errors import BackendNotInstalledError, BackendUnavailableError, PluginError
-from . import hookspecs
-from .contract import CONTRACT_VERSION, Backend
-from .hookspecs import PROJECT_NAME, BackendSpec, CommunicatorSpec, FunctionalAlternative
-from .isolation import PluginFailure, call_plugin, describe, probe_timeout
-from .messages import INSTALL_HINT, contract_message, not_installed, unavailable
+from .contract import Backend
+from .hookspecs import BackendSpec, CommunicatorSpec, FunctionalAlternative
+from .isolation import PluginFailure, call_plugin, probe_timeout
+from .loading import NO_IMPL as _NO_IMPL
+from .loading import PluginLoader, env_names
+from .messages import INSTALL_HINT, not_installed, unavailable
 from .records import BackendEntry as _Entry
 from .records import BackendInfo
 from .records import PluginRecord as _Plugin
 from .rules import (
     check_backend,
-    check_specs,
     distribution_for,
-    reserved_name_owner,
 )
 
 __all__ = [
@@ -63,15 +59,9 @@ logger = logging.getLogger(__name__)
 #: The entry-point group every backend distribution declares.
 ENTRY_POINT_GROUP: Final = "omnitensor.backends"
 
-_NO_IMPL: Final = object()
 _SCOPE: contextvars.ContextVar[tuple[str, Backend] | None] = contextvars.ContextVar(
     "omnitensor_backend_scope", default=None
 )
-
-
-def _env_names(variable: str) -> list[str]:
-    raw = os.environ.get(variable, "")
-    return [part.strip() for part in raw.split(",") if part.strip()]
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -86,74 +76,23 @@ def _distribution_of(ep: metadata.EntryPoint) -> tuple[str | None, str | None]:
     return dist.metadata["Name"], dist.version
 
 
-class _Registry:
-    """All discovery state; one per process (`_REGISTRY`), rebuilt by `reset`."""
+class _Registry(PluginLoader):
+    """All discovery and selection state; one per process (`_REGISTRY`), rebuilt by `reset`.
+
+    Loading plugins and claiming names is `loading.PluginLoader`'s part; this class adds
+    availability, selection, instances and the lazily collected hooks.
+    """
 
     def __init__(self, *, entry_points: bool = True) -> None:
-        self._use_entry_points = entry_points
-        self._lock = threading.RLock()
-        self._discovered = False
-        self._pm = pluggy.PluginManager(PROJECT_NAME)
-        self._pm.add_hookspecs(hookspecs)
-        self._plugins: dict[str, _Plugin] = {}
-        self._entries: dict[str, _Entry] = {}
-        self._shadowed: list[_Entry] = []
+        # NOTE: through lambdas, so that tests that replace the module functions are seen
+        super().__init__(entry_points=entry_points,
+                         find_entry_points=lambda: _entry_points(),
+                         distribution_of=lambda ep: _distribution_of(ep))
         self._instances: dict[str, Backend] = {}
         self._resolved: dict[str, str] = {}
         self._functionals: list[FunctionalAlternative] | None = None
         self._passes: dict[str, list[Any]] = {}
         self._communicators: list[CommunicatorEntry] | None = None
-
-    # --- discovery --------------------------------------------------------------------------
-
-    def discover(self) -> None:
-        """Load every entry point once (isolated); cheap after the first call."""
-        if self._discovered:
-            return
-        with self._lock:
-            if not self._discovered:  # another thread may have finished while we waited
-                configure_logging()
-                if self._use_entry_points:
-                    for ep in _entry_points():
-                        self._load_entry_point(ep)
-                self._discovered = True
-
-    def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
-        dist, version = _distribution_of(ep)
-        plugin = _Plugin(ep.name, ep.value, dist, version)
-        if ep.name in self._plugins:
-            other = self._plugins[ep.name]
-            plugin.error = (
-                f"entry point name {ep.name!r} is also used by {other.distribution or other.value}"
-                f"; uninstall one of them"
-            )
-            self._shadowed.append(_Entry(ep.name, plugin, None, plugin.error))
-            logger.error("plugin %r: %s", ep.name, plugin.error)
-            return
-        if self._disabled(plugin):
-            return
-        try:
-            # NOTE: any import-time failure, SystemExit included, is the plugin's reason
-            obj = call_plugin(ep.load)
-        except PluginFailure as failure:
-            plugin.error = f"import of {ep.value} failed: {failure.reason}"
-            logger.info("plugin %r unavailable: %s", ep.name, plugin.error)
-            self._add_failed(plugin)
-            return
-        self._register(plugin, obj)
-
-    def _disabled(self, plugin: _Plugin) -> bool:
-        if plugin.name not in _env_names("OMNITENSOR_DISABLE_PLUGINS"):
-            return False
-        plugin.error = "disabled by OMNITENSOR_DISABLE_PLUGINS"
-        self._add_failed(plugin)
-        return True
-
-    def _add_failed(self, plugin: _Plugin) -> None:
-        """Record a plugin that never registered backends; its entry-point name stands for one."""
-        self._plugins[plugin.name] = plugin
-        if plugin.name not in self._entries:
-            self._entries[plugin.name] = _Entry(plugin.name, plugin, None)
 
     def register_object(self, obj: object, name: str, distribution: str | None) -> None:
         """Register an in-process plugin (tests, notebooks) exactly like an entry point."""
@@ -172,104 +111,6 @@ class _Registry:
             self._functionals = None
             self._passes.clear()
             self._communicators = None
-
-    def _register(self, plugin: _Plugin, obj: object) -> None:
-        plugin.obj = obj
-        self._plugins[plugin.name] = plugin
-        try:
-            self._pm.register(obj, name=plugin.name)
-        except Exception as exc:  # pluggy.PluginValidationError and friends
-            plugin.error = f"does not follow the omnitensor hook specs: {describe(exc)}"
-            plugin.obj = None
-            self._add_failed(plugin)
-            return
-        callers = self._pm.get_hookcallers(obj) or []
-        unknown = sorted(c.name for c in callers if c.spec is None)
-        if unknown or not callers:
-            known = [n for n in dir(hookspecs) if n.startswith("omnitensor_")]
-            if unknown:
-                close = difflib.get_close_matches(unknown[0], known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                plugin.error = f"implements unknown hook(s) {unknown}{hint}"
-            else:
-                plugin.error = "has no @omnitensor.hookimpl functions (expected e.g. " + (
-                    "omnitensor_register_backends)"
-                )
-            self._unregister(plugin)
-            self._add_failed(plugin)
-            return
-        try:
-            result = self._call_one(plugin, "omnitensor_register_backends")
-            specs = [] if result is _NO_IMPL else check_specs(result)
-        except (PluginFailure, TypeError) as exc:
-            reason = exc.reason if isinstance(exc, PluginFailure) else str(exc)
-            plugin.error = f"omnitensor_register_backends failed: {reason}"
-            self._unregister(plugin)
-            self._add_failed(plugin)
-            return
-        # NOTE: the contract check comes before any other hook of this plugin can run.
-        for spec in specs:
-            plugin.contract_version = spec.contract_version
-            if spec.contract_version != CONTRACT_VERSION:
-                plugin.contract_ok = False
-                plugin.error = contract_message(spec, plugin.distribution)
-        if not plugin.contract_ok:
-            self._unregister(plugin)
-        if not specs and plugin.error is not None:
-            self._add_failed(plugin)
-        for spec in specs:
-            self._claim(plugin, _Entry(spec.name, plugin, spec))
-
-    def _claim(self, plugin: _Plugin, entry: _Entry) -> None:
-        """Give `entry` its name: first registrant wins; first-party names stay their owners'.
-
-        A refused claim is kept (listed with its reason by `list_backends`) and logged as an
-        error: two plugins fighting over a name is a broken installation.
-        """
-        name = entry.name
-        owner = reserved_name_owner(name, entry.distribution,
-                                    in_process=plugin.value.startswith("in-process "))
-        if owner is not None:
-            entry.reason = (f"name {name!r} is reserved for {owner}; plugin {plugin.name!r} "
-                            f"({entry.distribution or plugin.value}) may not register it")
-        elif name in self._entries and self._entries[name].plugin is not plugin:
-            first = self._entries[name].plugin
-            if first.error is not None and first.obj is None and self._entries[name].spec is None:
-                # a placeholder of a plugin that failed to load under this entry-point name
-                self._entries[name] = entry
-                return
-            entry.reason = (f"name {name!r} already registered by plugin {first.name!r} "
-                            f"({first.distribution or first.value}); uninstall one of them")
-        else:
-            self._entries[name] = entry
-            return
-        self._shadowed.append(entry)
-        logger.error("backend %r of plugin %r refused: %s", name, plugin.name, entry.reason)
-
-    def _unregister(self, plugin: _Plugin) -> None:
-        if plugin.obj is not None and self._pm.is_registered(plugin.obj):
-            self._pm.unregister(plugin.obj)
-
-    def _call_one(self, plugin: _Plugin, hook: str, **kwargs: Any) -> Any:
-        """Call one plugin's implementation of `hook`, isolated (`isolation.call_plugin`).
-
-        Raises:
-            PluginFailure: the hook raised anything but KeyboardInterrupt.
-        """
-        caller = getattr(self._pm.hook, hook)
-        for impl in caller.get_hookimpls():
-            if impl.plugin_name == plugin.name:
-                return call_plugin(impl.function, *(kwargs[arg] for arg in impl.argnames))
-        return _NO_IMPL
-
-    def _active_plugins(self) -> list[_Plugin]:
-        self.discover()
-        return [p for p in self._plugins.values() if p.active]
-
-    def _hook_failed(self, plugin: _Plugin, hook: str, reason: str) -> None:
-        plugin.error = f"{hook} failed: {reason}"
-        logger.error("plugin %r disabled: %s", plugin.name, plugin.error)
-        self._unregister(plugin)
 
     # --- availability -----------------------------------------------------------------------
 
@@ -380,7 +221,7 @@ class _Registry:
         if cached is not None:
             return cached
         with self._lock:
-            names = _env_names("OMNITENSOR_BACKEND")
+            names = env_names("OMNITENSOR_BACKEND")
             if names:
                 name = self.select(names, "OMNITENSOR_BACKEND: ")
                 why = f"OMNITENSOR_BACKEND={raw.strip()!r}"
