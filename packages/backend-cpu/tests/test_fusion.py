@@ -118,5 +118,7 @@ def test_a_long_chain_is_split_into_bounded_kernels(backend: CpuBackend) -> None
     exe = backend.compile(fn)
     sizes = [len(g.insts) for g in exe.plan.groups]
     assert sum(sizes) == n and max(sizes) <= MAX_FUSED and len(sizes) == 3
+    # parts of the same structure are one kernel source: one compile, not one per part
+    assert exe.plan.groups[0].source() == exe.plan.groups[1].source()
     (got,) = backend.run(exe, [backend.upload(np.zeros(3, np.float32))])
     np.testing.assert_array_equal(got, np.full(3, n, np.float32))

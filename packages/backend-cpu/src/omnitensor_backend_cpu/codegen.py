@@ -168,10 +168,12 @@ class FusedGroup:
                 value - value == 0) else repr(value)
             consts.append(f"C{k} = {_np(dtypes[vid])}({text})")
         body: list[str] = [f"x{k} = in{k}[IDX]" for k in range(len(self.inputs))]
-        for inst in self.insts:
+        for k, inst in enumerate(self.insts):
             expr = _expr(inst, [names[v.id] for v in inst.operands])
             assert expr is not None, inst
-            name = f"v{inst.results[0].id}"
+            # NOTE: local names, not value ids: groups of the same structure (the parts of a
+            # long chain, the same layer in two programs) share one source, one compile.
+            name = f"v{k}"
             body.append(f"{name} = {expr}")
             names[inst.results[0].id] = name
         body += [f"out{k}[IDX] = {names[vid]}" for k, vid in enumerate(self.outputs)]
