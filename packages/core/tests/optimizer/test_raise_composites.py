@@ -219,3 +219,47 @@ def test_other_expressions_with_the_markers_are_not_raised(which: str) -> None:
     fn = b.build([out])
     assert raise_composites(fn) == 0
     assert not any(i.op in ("gelu", "silu") for i in fn.body)
+
+
+QKV = ((2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6))  # q (B, H, T, D), k (B, H, S, D), v (.., Dv)
+
+
+@pytest.mark.parametrize("scale", ["mul", "div", "none"])
+@pytest.mark.parametrize("mask", [True, False])
+@pytest.mark.parametrize("k_form", ["direct", "transposed"])
+def test_attention_written_out_is_raised(scale: str, mask: bool, k_form: str) -> None:
+    b = Builder()
+    q, k, v = (b.input(TensorType(s, float32)) for s in QKV)
+    m = b.input(TensorType((2, 3, 5, 7), float32))
+    full = (2, 3, 5, 7)
+    if k_form == "direct":
+        s = b.emit("dot_general", q, k, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
+    else:
+        kt = b.emit("transpose", k, perm=(0, 1, 3, 2))
+        s = b.emit("dot_general", q, kt, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))
+    splat = b.emit("broadcast_in_dim", b.constant(np.float32(2.0)), shape=full, dims=())
+    if scale != "none":
+        s = b.emit(scale, s, splat)
+    if mask:
+        s = b.emit("add", s, m)
+    p = b.emit("softmax", s, axes=(3,))
+    fn = b.build([b.emit("dot_general", p, v, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))])
+    rng = np.random.default_rng(1)
+    inputs = [rng.normal(size=t).astype(np.float32) for t in (*QKV, full)]
+    want = evaluate(fn, inputs)[0]
+    assert raise_composites(fn) == 1
+    root = {r.id: i for i in fn.body for r in i.results}[fn.outputs[0].id]
+    assert root.op == "scaled_dot_product_attention"
+    assert root.attrs["scale"] == {"mul": 2.0, "div": 0.5, "none": 1.0}[scale]
+    assert root.attrs["mask_kind"] == ("additive" if mask else "none")
+    np.testing.assert_allclose(evaluate(fn, inputs)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_whose_probabilities_are_read_elsewhere_is_not_raised() -> None:
+    b = Builder()
+    q, k, v = (b.input(TensorType(s, float32)) for s in QKV)
+    s = b.emit("dot_general", q, k, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
+    p = b.emit("softmax", s, axes=(3,))
+    out = b.emit("dot_general", p, v, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))
+    fn = b.build([out, p])  # the attention weights are an output too
+    assert raise_composites(fn) == 0

@@ -16,10 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
 import numpy as np
 
+from ...errors import OmnitensorError
+from ...ir.builder import infer_types
+from ...ir.opdef import get_op
 from ...ir.program import Function, Instruction
 from ...ir.types import TensorType, Value
 from ..context import PassContext, PassResult
@@ -423,6 +426,68 @@ def _gated(g: _Graph, root: Instruction, uses: dict[int, int]) -> Match | None:
     return None
 
 
+_QK: Final = {((3,), (3,)): False, ((3,), (2,)): True}  # contracting -> k given transposed
+
+
+def _attention(g: _Graph, root: Instruction, uses: dict[int, int]) -> Match | None:
+    """``softmax(q k^T [* s | / s] [+ mask]) v`` over 4-D heads -> scaled_dot_product_attention.
+
+    q (B, H, T, D), k (B, H, S, D) (or k^T (B, H, D, S) by a transpose), v (B, H, S, Dv), one
+    dtype; an additive mask of the scores' shape is carried as the composite's mask.
+    """
+    if root.op != "dot_general" or len(root.operands) != 2:
+        return None
+    probs_v, v = root.operands
+    if (root.attrs.get("contracting") != ((3,), (2,)) or root.attrs.get("batch") != (
+            (0, 1), (0, 1)) or uses.get(probs_v.id, 0) != 1):
+        return None
+    probs = g.def_of(probs_v)
+    if probs is None or probs.op != "softmax" or tuple(probs.attrs["axes"]) != (3,):
+        return None
+    scores = probs.operands[0]
+    mask: Value | None = None
+    inst = g.def_of(scores)
+    if inst is not None and inst.op == "add" and uses.get(scores.id, 0) == 1:
+        for s_v, m_v in (inst.operands, tuple(reversed(inst.operands))):
+            below = g.def_of(s_v)
+            if below is not None and below.op in ("mul", "div", "dot_general"):
+                scores, mask = s_v, m_v
+                break
+        inst = g.def_of(scores)
+    scale = 1.0
+    if inst is not None and inst.op in ("mul", "div") and uses.get(scores.id, 0) == 1:
+        lhs, rhs = inst.operands
+        factor, qk_v = g.splat(rhs), lhs
+        if factor is None and inst.op == "mul":
+            factor, qk_v = g.splat(lhs), rhs
+        if factor is None or factor == 0.0:
+            return None
+        scale = factor if inst.op == "mul" else 1.0 / factor
+        inst = g.def_of(qk_v)
+    if inst is None or inst.op != "dot_general" or inst.attrs.get("batch") != ((0, 1), (0, 1)):
+        return None
+    transposed = _QK.get(inst.attrs.get("contracting"))  # type: ignore[arg-type]
+    if transposed is None:
+        return None
+    q, k = inst.operands
+    if transposed:
+        t = g.def_of(k)
+        if t is None or t.op != "transpose" or tuple(t.attrs["perm"]) != (0, 1, 3, 2):
+            return None
+        k = t.operands[0]
+    shapes = [_shape(x) for x in (q, k, v)]
+    if any(len(s) != 4 for s in shapes) or shapes[0][:2] != shapes[1][:2] or (
+            shapes[1][:3] != shapes[2][:3]) or len({_dtype(x) for x in (q, k, v)}) != 1:
+        return None
+    attrs: dict[str, Any] = {"scale": float(scale), "is_causal": False}
+    if mask is None:
+        return "scaled_dot_product_attention", (q, k, v), attrs
+    if _dtype(mask) != _dtype(q) or _shape(mask) != (*shapes[0][:3], shapes[1][2]):
+        return None
+    attrs["mask_kind"] = "additive"
+    return "scaled_dot_product_attention", (q, k, v, mask), attrs
+
+
 _PATTERNS: tuple[Callable[..., Match | None], ...] = (_softmax, _log_softmax, _layer_norm,
                                                       _rms_norm, _activation)
 
@@ -446,12 +511,22 @@ def raise_composites(fn: Function) -> int:
                 if match is not None:
                     break
             if match is None:
-                match = _affine(g, inst, uses) or _gated(g, inst, uses)
+                match = (_affine(g, inst, uses) or _gated(g, inst, uses)
+                         or _attention(g, inst, uses))
             if match is None:
                 continue
             op, operands, attrs = match
-            if not all(isinstance(v.type, TensorType) and v.type.dtype.is_floating
-                       for v in operands) or _shape(operands[0]) != _shape(inst.results[0]):
+            if not all(isinstance(v.type, TensorType) for v in operands) or not all(
+                    _dtype(v).is_floating for v in operands[:1]):
+                continue
+            # NOTE: the composite must type-check and give exactly the root's result type.
+            opdef = get_op(op)
+            attrs = opdef.attr_defaults(attrs)
+            try:
+                types = infer_types(opdef, [v.type for v in operands], attrs)
+            except OmnitensorError:
+                continue
+            if types != tuple(r.type for r in inst.results):
                 continue
             new = Instruction(inst.id, op, operands, attrs, inst.results)
             fn.body[i] = new
