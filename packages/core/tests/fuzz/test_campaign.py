@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-CASES = int(os.environ.get("OMNITENSOR_FUZZ_CASES", "200"))
+CASES = int(os.environ.get("OMNITENSOR_FUZZ_CASES", "300"))
 
 
 @pytest.mark.parametrize("fmt", ["gguf", "gguf-bytes", "hf", "spec", "ptir"])
