@@ -314,3 +314,19 @@ def test_gguf_metadata_arrays_stay_packed(tmp_path: Path) -> None:
     assert isinstance(value, NumberArray)
     assert value.array.nbytes == 4 * count  # 1x the file, not a list of a million ints
     assert value[3] == 3 and value[-1] == count - 1 and value[:3] == [0, 1, 2]
+
+
+def test_prompt_ids_past_the_embedding_are_refused() -> None:
+    from omnitensor.cli.generate import shipped_model
+    from omnitensor.io.tokenizer import char_tokenizer
+    from omnitensor.runtime import CausalLM
+
+    checkpoint = open_checkpoint(shipped_model("char-gpt.gguf"))
+    rows = checkpoint.weights["token_embd.weight"].shape[0]
+    # a tokenizer from another model: ids up to 25 for a 14-row embedding
+    checkpoint.tokenizer = char_tokenizer("0123456789+=abcdefghijklmnop")
+    model = CausalLM(ModelBuilder().with_spec(builtin_spec("gpt2")).with_checkpoint(
+        checkpoint).build("ref"))
+    assert model.generate("12+3=", 2).token_ids  # ids below the rows still work
+    with pytest.raises(FormatError, match=f"token id 2[0-9] .* {rows} rows"):
+        model.generate("12+op=", 2)

@@ -68,6 +68,15 @@ class LoadedModel:
             raise OmnitensorError(f"{model.spec.name}: the checkpoint has no tokenizer "
                                   "(tokenizer.json or tokenizer.ggml.* metadata)")
 
+    def _check_ids(self, op: str, ids: Sequence[int]) -> None:
+        """Refuse token ids past the embedding's rows (a gather would clamp them silently)."""
+        rows = int(self.model.hparams.get("vocab_size") or 0)
+        top = max(ids, default=-1)
+        if rows and top >= rows:
+            raise FormatError(f"{op}: the tokenizer gave token id {top} for this text but the "
+                              f"model has {rows} rows of embeddings; the tokenizer does not "
+                              "belong to these weights")
+
     @property
     def capabilities(self) -> tuple[str, ...]:
         """What this model can do: ``("generate",)`` or ``("embed",)``."""
@@ -163,11 +172,7 @@ class CausalLM(LoadedModel):
         ids: list[int] = list(self.tokenizer.encode(text))
         if not ids:
             raise OmnitensorError("generate: the prompt encodes to no tokens")
-        rows = int(self.model.hparams.get("vocab_size") or 0)
-        if rows and max(ids) >= rows:
-            raise FormatError(f"generate: the tokenizer gave token id {max(ids)} for this prompt "
-                              f"but the model has {rows} rows of embeddings; the tokenizer does "
-                              "not belong to these weights")
+        self._check_ids("generate", ids)
         return ids
 
     def _generate(self, prompts: list[Any], max_new_tokens: int, temperature: float,
@@ -299,6 +304,7 @@ class Encoder(LoadedModel):
             items = [t.lower() for t in items]
         limit = self.max_seq_length
         ids = self.tokenizer.encode_batch(items, max_length=limit)
+        self._check_ids("embed", [max(row, default=-1) for row in ids])
         # sentence-transformers leaves the prompt out of pooling with include_prompt: false
         skip = 0
         if prefix and not runtime.get("include_prompt", True):
