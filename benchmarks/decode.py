@@ -149,21 +149,28 @@ class LlamaCppSystem:
     def __init__(self, gguf: Path) -> None:
         import llama_cpp
 
+        self.lib = llama_cpp
         n_ctx = max(256, 1 << (PROMPT + NEW - 1).bit_length())
         self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads(),
                                    use_mmap=False, verbose=False, logits_all=False)
+
+    def _next(self) -> int:
+        # NOTE: llama-cpp-python 0.3 keeps no scores without logits_all (sampling moved into
+        # its sampler): read the last token's logits from the context.
+        logits = self.lib.llama_get_logits_ith(self.llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(logits, shape=(self.llm.n_vocab(),))))
 
     def run(self, prompt: list[int], new: int) -> tuple[float, float, list[int]]:
         llm = self.llm
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(prompt)
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = self._next()
         t1 = time.perf_counter()
         toks = [token]
         for _ in range(new - 1):
             llm.eval([token])
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            token = self._next()
             toks.append(token)
         t2 = time.perf_counter()
         return t1 - t0, (new - 1) / (t2 - t1), toks
