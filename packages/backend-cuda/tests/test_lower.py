@@ -107,3 +107,15 @@ def test_row_composites_lower_to_one_row_kernel(nvcc: str, kind: str, dtype: DTy
     want = evaluate(fn, xs)[0]
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
                                atol=tol)
+
+
+def test_collectives_lower_in_one_process_and_are_refused_beyond() -> None:
+    from omnitensor_backend_cuda.backend import supports
+
+    b = Builder()
+    x = b.input(TensorType((4, 3), float32))
+    fn = b.build([b.emit("all_reduce", x, reduction="sum", world_size=1),
+                  b.emit("all_gather", x, axis=0, world_size=2)])
+    assert supports(fn.body[0]) is None  # world size 1: the operand itself
+    reason = supports(fn.body[1])
+    assert reason is not None and "world size 2" in reason and "cpu" in reason

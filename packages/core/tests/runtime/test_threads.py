@@ -35,7 +35,11 @@ def _in_threads(work: Callable[[int], Any], count: int = THREADS) -> list[Any]:
     def run(i: int) -> None:
         try:
             barrier.wait()
-            results[i] = work(i)
+            # NOTE: backend scopes are per thread, so each worker opens the fixture's scope too
+            # (without it the workers ran on the default backend, cpu where installed, and
+            # differed from the ref results by an ulp now and then).
+            with ot.use_backend("ref"):
+                results[i] = work(i)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(exc)
 

@@ -60,6 +60,21 @@ def _concatenate(lw: KernelLowering, view: OpView) -> list[Any]:
     return lw.concatenate(view.inst)
 
 
+def _collective(lw: KernelLowering, view: OpView) -> list[Any]:
+    # NOTE: world size 1 only (see `_one_process`): every collective is then its operand.
+    return [lw.operand(view.inst.operands[0])]
+
+
+def _one_process(view: OpView) -> str | None:
+    """Why a collective cannot run here: kernel backends have no communicator of their own."""
+    size = view.inst.attrs.get("world_size", 1)
+    if size == 1:
+        return None
+    return (f"{view.inst.op}: world size {size} needs a communicator this backend can hand its "
+            "buffers to (none is implemented for it; run distributed jobs on a host backend "
+            "such as cpu)")
+
+
 def declared_dtypes(name: str) -> tuple[DType, ...]:
     """Every dtype op `name` declares for any of its operands (or its result), in `ALL` order."""
     opdef = get_op(name)
@@ -81,6 +96,8 @@ def common_ops() -> dict[str, Lowering]:
     found |= dict.fromkeys(REDUCTIONS, _reduce)
     found |= {"iota": _iota, "constant": _constant, "custom_call": _custom_call,
               "concatenate": _concatenate}
+    found |= {name: _collective for name, opdef in declared.items()
+              if opdef.has(Trait.COLLECTIVE)}
     return found
 
 
@@ -96,4 +113,7 @@ def register_common(table: LoweringTable, dtypes: Callable[[str], Collection[DTy
     for name, lowering in common_ops().items():
         wanted = dtypes(name)
         if wanted is not None:
-            table.register(name, dtypes=tuple(wanted), when=(when or {}).get(name))(lowering)
+            rule = (when or {}).get(name)
+            if rule is None and get_op(name).has(Trait.COLLECTIVE):
+                rule = _one_process
+            table.register(name, dtypes=tuple(wanted), when=rule)(lowering)
