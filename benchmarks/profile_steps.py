@@ -123,8 +123,9 @@ def decode_workloads(small: bool, top: int, only: set[str]) -> None:
     shape = decode.SMALL if small else decode.FULL
     with tempfile.TemporaryDirectory(prefix="omni-profile-") as tmp:
         hf = decode.save_model(Path(tmp), shape)
-        q8 = decode.save_gguf(hf, Path(tmp) / "model-q8_0.gguf", "q8_0")
-        for name, path in (("f32", hf), ("Q8_0", q8)):
+        files = {name: decode.save_gguf(hf, Path(tmp) / f"model-{name}.gguf", name.lower())
+                 for name in ("F32", "Q8_0")}  # GGUF: the byte vocabulary of `decode.py`
+        for name, path in files.items():
             t = time.perf_counter()
             system = decode.OmniSystem(path, "cpu")
             print(f"\nllama {name}: built in {time.perf_counter() - t:.1f} s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 # NOTE: the kernels compute the same at every size; small cases must reach them too.
@@ -36,3 +37,19 @@ def backend() -> CpuBackend:
 def compile_optimized(backend: CpuBackend) -> Callable[[Function], CpuExecutable]:
     """``compile_optimized(fn)``: the user's path (pipeline, then compile) on `backend`."""
     return lambda fn: _compile_optimized(backend, fn)
+
+
+def _assert_qmatmul_close(got: np.ndarray, want: np.ndarray) -> None:
+    from omnitensor.ir.opdef import get_op
+
+    # few activation rows are multiplied as int16-quantized integers: the op's NMSE budget
+    err = float(np.sum((got - want) ** 2) / max(float(np.sum(want.astype(np.float64) ** 2)), 1e-30))
+    assert err <= get_op("qmatmul").nmse, f"NMSE {err:.2e} over the qmatmul budget"
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.fixture
+def assert_qmatmul_close() -> Callable[[np.ndarray, np.ndarray], None]:
+    """``assert_qmatmul_close(got, want)``: within qmatmul's declared precision."""
+    return _assert_qmatmul_close

@@ -51,7 +51,8 @@ def test_rms_norm_is_one_row_kernel(backend: CpuBackend, compile_optimized: Any,
 
 @pytest.mark.parametrize("m", [1, 5])
 @pytest.mark.parametrize("n,k", [(8, 64), (96, 320)])
-def test_q8_0_qmatmul_matches_the_reference(backend: CpuBackend, m: int, n: int, k: int) -> None:
+def test_q8_0_qmatmul_matches_the_reference(backend: CpuBackend, m: int, n: int, k: int,
+                                            assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), "q8_0")
     b = Builder()
@@ -68,7 +69,7 @@ def test_q8_0_qmatmul_matches_the_reference(backend: CpuBackend, m: int, n: int,
     (got,) = backend.run(exe, xs)
     assert len(quant._CACHE) == before
     (want,) = evaluate(fn, [xs[0], blocks])
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert_qmatmul_close(got, want)
 
 
 def _cache_update(shape: tuple[int, ...]):  # type: ignore[no-untyped-def]

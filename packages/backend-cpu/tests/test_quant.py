@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -33,7 +35,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 @pytest.mark.parametrize("m", [1, 3, 20])  # one row, a few (dot products), many (BLAS tiles)
 @pytest.mark.parametrize("n,k", [(8, 256), (40, 768), (300, 1024)])
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int, n: int,
-                                              k: int) -> None:
+                                              k: int, assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
     b = Builder()
@@ -50,8 +52,7 @@ def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: 
     (got,) = backend.run(exe, xs)
     assert len(quant._CACHE) == before
     (want,) = evaluate(fn, [xs[0], blocks])
-    scale = float(np.abs(want).max())
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+    assert_qmatmul_close(got, want)
 
 
 def test_large_qmatmul_uses_the_parallel_kernel_and_agrees() -> None:

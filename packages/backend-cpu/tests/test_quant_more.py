@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -36,7 +38,8 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("m", [1, 3, 20])  # one row, a few (dot products), many (BLAS tiles)
-def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int) -> None:
+def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int,
+                                              assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)
     n, k = 40, 768
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
@@ -51,5 +54,4 @@ def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: 
         is xs[1]
     (got,) = backend.run(exe, xs)
     (want,) = evaluate(fn, [xs[0], blocks])
-    scale = float(np.abs(want).max())
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+    assert_qmatmul_close(got, want)

@@ -17,7 +17,7 @@ from typing import Any, Final
 import numpy as np
 
 from . import pool
-from ._compat import HALF_CONVERSION, f32_from_bits, f32_from_half, jit
+from ._compat import HALF_CONVERSION, f32_from_bits, f32_from_half, jit, prange
 
 __all__ = ["FORMATS", "HALF_CONVERSION", "qmatmul", "row_flags", "widen"]
 
@@ -74,7 +74,7 @@ def _rows(x: Any, w: Any, flags: Any, out: Any, lo: int, hi: int, is_f16: bool) 
             out[m, n] = acc
 
 
-@jit()
+@jit(inline=True)
 def _rows_direct(x: Any, w: Any, out: Any, lo: int, hi: int, is_f16: bool) -> None:
     m_rows, k = x.shape
     for n in range(lo, hi):
@@ -87,6 +87,20 @@ def _rows_direct(x: Any, w: Any, out: Any, lo: int, hi: int, is_f16: bool) -> No
                 for j in range(k):
                     acc += x[m, j] * f32_from_bits(np.int32(w[n, j]) << 16)
             out[m, n] = acc
+
+
+@jit()
+def _direct(x: Any, w: Any, out: Any, is_f16: bool) -> None:
+    _rows_direct(x, w, out, 0, w.shape[0], is_f16)
+
+
+@jit(parallel=True)
+def _direct_split(x: Any, w: Any, out: Any, is_f16: bool, parts: int) -> None:
+    # the decode path: numba's spinning workers, not `pool.parallel_for` (see `pool`)
+    n = w.shape[0]
+    step = -(-n // parts)
+    for t in prange(parts):
+        _rows_direct(x, w, out, t * step, min(n, t * step + step), is_f16)
 
 
 @jit()
@@ -164,8 +178,11 @@ def qmatmul(x: Array, blocks: Array, format: str, out: Array, *,
     is_f16 = format == "f16"
     if x.shape[0] <= ROWS_MAX:
         if direct:
-            pool.parallel_for(n, lambda lo, hi: _rows_direct(x, w, out, lo, hi, is_f16),
-                              work=(n * k) >> (24 - 17), grain=16)
+            parts = pool.parts(n, x.shape[0] * n * k, grain=16)
+            if parts > 1:
+                _direct_split(x, w, out, is_f16, parts)
+            else:
+                _direct(x, w, out, is_f16)
         else:
             pool.parallel_for(n, lambda lo, hi: _rows(x, w, flags, out, lo, hi, is_f16),
                               work=(n * k) >> (24 - 17), grain=16)

@@ -26,8 +26,8 @@ import numpy as np
 
 from omnitensor.backend.host_memory import release
 
-from . import pool, threads
-from ._compat import jit
+from . import intdot, pool, threads
+from ._compat import jit, prange
 from .quant_more import MORE_FORMATS, pack_more
 
 __all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
@@ -300,8 +300,25 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
         np.matmul(x, w.T, out=out[:, lo:hi])
 
 
+def _integer(x: Array, packed: Packed, mins: Array, xsum: Array, out: Array) -> bool:
+    """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
+    m_rows, k = x.shape
+    shift = packed.shift
+    xq = np.empty((m_rows, k), np.int16)
+    xd = np.empty((m_rows, k >> shift), np.float32)
+    if not intdot.quantize_rows(x, xq, xd, shift):
+        return False
+    intdot.run(xq, xd, packed.qs, packed.d, mins, xsum, out, shift)
+    return True
+
+
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
-    """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32."""
+    """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32.
+
+    Up to `BLAS_MIN_ROWS` activation rows are quantized to int16 per sub-block and multiplied
+    by integer dot products (`intdot`, within the op's declared NMSE budget); rows holding a
+    NaN or infinity, and odd sub-block layouts, take the float32 kernels.
+    """
     n, k = packed.qs.shape
     m_rows = x.shape[0]
     qs, d, shift = packed.qs, packed.d, packed.shift
@@ -312,6 +329,9 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
         # NOTE: the offsets meet the activation only through its sub-block sums.
         # (per sub-block of 32, or 16 for Q2_K)
         xsum = np.ascontiguousarray(x.reshape(m_rows, mins.shape[1], -1).sum(axis=-1))
+    if (m_rows < BLAS_MIN_ROWS and shift in intdot.SHIFTS and x.dtype == np.float32
+            and mins.shape[1] in (0, d.shape[1]) and _integer(x, packed, mins, xsum, out)):
+        return
     if m_rows > 1 and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
         if m_rows >= BLAS_MIN_ROWS:
             _many_rows(x, packed, out)
@@ -333,7 +353,7 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
                                                          shift), work=work, grain=16)
 
 
-@jit()
+@jit(inline=True)
 def _f32_rows(x: Any, w: Any, out: Any, lo: int, hi: int) -> None:
     m_rows, k = x.shape
     for n in range(lo, hi):
@@ -342,6 +362,19 @@ def _f32_rows(x: Any, w: Any, out: Any, lo: int, hi: int) -> None:
             for j in range(k):
                 acc += x[m, j] * w[n, j]
             out[m, n] = acc
+
+
+@jit()
+def _f32_gemv(x: Any, w: Any, out: Any) -> None:
+    _f32_rows(x, w, out, 0, w.shape[0])
+
+
+@jit(parallel=True)
+def _f32_gemv_split(x: Any, w: Any, out: Any, parts: int) -> None:
+    n = w.shape[0]
+    step = -(-n // parts)
+    for t in prange(parts):
+        _f32_rows(x, w, out, t * step, min(n, t * step + step))
 
 
 #: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS.
@@ -354,8 +387,11 @@ def gemv(x: Array, w: Array, out: Array) -> None:
     Why not BLAS: for a matrix-vector product OpenBLAS splits every call over all threads,
     and on a shared 2-core machine each split waits for a descheduled thread (a 3 MB GEMV took
     35 ms under load). One long reduction per output row streams the weight at memory speed;
-    only products large enough to pay for a hand-off are split over `pool`'s threads.
+    products large enough to pay for it are split over numba's spinning workers (see `pool`).
     """
     n, k = w.shape
-    pool.parallel_for(n, lambda lo, hi: _f32_rows(x, w, out, lo, hi),
-                      work=(n * k) >> (24 - 17), grain=16)
+    parts = pool.parts(n, x.shape[0] * n * k, grain=16)
+    if parts > 1:
+        _f32_gemv_split(x, w, out, parts)
+    else:
+        _f32_gemv(x, w, out)

@@ -90,7 +90,7 @@ class Mismatch:
 
 
 def tolerance_for(dtype: DType | str, kind: str, *, ulp: int = 0,
-                  loosen: float = 1.0) -> Tolerance:
+                  loosen: float = 1.0, nmse: float = 0.0) -> Tolerance:
     """The tolerance for an output of `dtype` checked as `kind` (``exact``/``ulp``/``nmse``).
 
     Args:
@@ -98,6 +98,8 @@ def tolerance_for(dtype: DType | str, kind: str, *, ulp: int = 0,
         kind: requested comparison; integers and bools are always ``exact``.
         ulp: the op's ULP budget (``ulp`` kind).
         loosen: the backend's factor for this dtype, clamped to `MAX_LOOSEN`.
+        nmse: the ops' own NMSE budget (`OpDef.nmse`), which raises the default for float32
+            and narrower dtypes (float64 keeps its own).
     """
     d = as_dtype(dtype)
     if not d.is_floating or kind == "exact":
@@ -108,7 +110,10 @@ def tolerance_for(dtype: DType | str, kind: str, *, ulp: int = 0,
         if factor > 1.0:
             budget = int(np.ceil(max(budget, 1) * factor))
         return Tolerance("ulp", ulp=budget, loosen=factor)
-    return Tolerance("nmse", nmse=NMSE_TOLERANCE[d.name] * factor, loosen=factor)
+    base = NMSE_TOLERANCE[d.name]
+    if d.bits <= 32:
+        base = max(base, nmse)
+    return Tolerance("nmse", nmse=base * factor, loosen=factor)
 
 
 def _ordered(x: Array) -> Array:

@@ -166,6 +166,11 @@ def _case_ulp(case: Case, fn: Function) -> int:
     return max((get_op(inst.op).ulp for inst in fn.body), default=0)
 
 
+def _case_nmse(fn: Function) -> float:
+    """The largest NMSE budget an op of the program declares (`OpDef.nmse`)."""
+    return max((get_op(inst.op).nmse for inst in fn.body), default=0.0)
+
+
 def _input_buffers(backend: Backend, case: Case, inputs: Sequence[Any]) -> list[Any] | None:
     """The case's inputs uploaded, in the case's layouts (None: a view was declined)."""
     if not case.layouts:
@@ -222,12 +227,14 @@ def run_case(backend: Backend, case: Case, *, seed: int, backend_name: str,
                                f"(expected {len(expected)})\n{repro}")
     kind = check_kind(case, fn)
     budget = _case_ulp(case, fn)
+    nmse_budget = _case_nmse(fn)
     factors = loosened or {}
     tolerances, problems = [], []
     for i, (got, want, mask) in enumerate(zip(actual, expected, masks, strict=True)):
         out_type = fn.outputs[i].type
         name = out_type.dtype.name if isinstance(out_type, TensorType) else "uint8"
-        tol = tolerance_for(name, kind, ulp=budget, loosen=factors.get(name, 1.0))
+        tol = tolerance_for(name, kind, ulp=budget, loosen=factors.get(name, 1.0),
+                            nmse=nmse_budget)
         tolerances.append(tol)
         mismatch: Mismatch | None = compare(got, np.asarray(want), tol, mask)
         if mismatch is not None:

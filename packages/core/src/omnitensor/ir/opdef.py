@@ -114,6 +114,10 @@ class OpDef:
         view: the typed view class.
         ulp: how many units in the last place a backend may differ by (0: exact/correctly rounded
             as numpy computes it; the conformance suite also applies per-dtype tolerances).
+        nmse: the normalized mean squared error a backend's float32 (and narrower) result may
+            have where it is compared by NMSE (0: the suite's per-dtype default). An op whose
+            contract allows a cheaper arithmetic (`qmatmul` quantizing its activation) says by
+            how much here, once, instead of each backend loosening every op.
         unspecified: optional ``(*inputs, **attrs) -> bool mask`` of result elements the doc
             calls unspecified (masked out by the conformance suite).
         decompose: for composites (`Trait.COMPOSITE`), ``(builder, *operands, **attrs) ->
@@ -130,6 +134,7 @@ class OpDef:
     doc: str
     view: type[OpView]
     ulp: int = 0
+    nmse: float = 0.0
     unspecified: Callable[..., Any] | None = None
     decompose: Callable[..., Any] | None = None
 
@@ -319,7 +324,7 @@ def _check_signature(name: str, what: str, fn: Callable[..., Any], ops: list[str
 
 def _declare(cls: type[_V], name: str, traits: Trait, dtypes: Sequence[DType],
              reference: Callable[..., Any] | None, ulp: int,
-             decompose: Callable[..., Any] | None = None) -> type[_V]:
+             decompose: Callable[..., Any] | None = None, nmse: float = 0.0) -> type[_V]:
     if name in _REGISTRY:
         raise TypeError(f"op {name!r} is declared twice")
     operands: list[OperandSpec] = []
@@ -355,6 +360,7 @@ def _declare(cls: type[_V], name: str, traits: Trait, dtypes: Sequence[DType],
         doc=inspect.cleandoc(cls.__doc__ or ""),
         view=cls,
         ulp=ulp,
+        nmse=nmse,
         unspecified=getattr(cls, "unspecified", None),
         decompose=decompose,
     )
@@ -369,6 +375,7 @@ def primitive(
     dtypes: Sequence[DType] = ALL,
     reference: Callable[..., Any] | None = None,
     ulp: int = 0,
+    nmse: float = 0.0,
 ) -> Callable[[type[_V]], type[_V]]:
     """Declare a primitive op from its view class and register it.
 
@@ -383,10 +390,11 @@ def primitive(
         dtypes: dtypes of its primary operands (or of its ``dtype`` attribute for creation ops).
         reference: numpy kernel for simple ops (``np.exp``); otherwise ``cls.reference``.
         ulp: the op's ULP budget for backends (fast approximations within it pass).
+        nmse: the op's float32 NMSE budget (`OpDef.nmse`; 0: the suite's default).
     """
 
     def wrap(cls: type[_V]) -> type[_V]:
-        return _declare(cls, name, traits, dtypes, reference, ulp)
+        return _declare(cls, name, traits, dtypes, reference, ulp, nmse=nmse)
 
     return wrap
 

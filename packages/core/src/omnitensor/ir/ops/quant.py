@@ -68,7 +68,7 @@ class DequantizeView(OpView):
         return quant_blocks.dequantize(q, format).astype(dtype.np)
 
 
-@primitive("qmatmul", traits=Trait.QUANTIZED, dtypes=FLOATING)
+@primitive("qmatmul", traits=Trait.QUANTIZED, dtypes=FLOATING, nmse=1e-7)
 class QMatmulView(OpView):
     """``x @ dequantize(w).T``: a dense activation times a ggml-quantized weight matrix.
 
@@ -76,8 +76,10 @@ class QMatmulView(OpView):
     blocks per output feature) of `format`, which must equal ``w.format``. The result is
     [..., N] of x's dtype. float16/bfloat16/float32 inputs accumulate in float32 against the
     float32 dequantized weight and round once; float64 accumulates in float64. The summation
-    order is unspecified (backends may quantize `x` on the fly as ggml does, within the
-    conformance tolerance). NaN propagates. Differentiable in `x` only (the gradient is
+    order is unspecified, and a backend may quantize `x` on the fly to 16-bit integers per
+    block of the weight's scales and multiply integers (NMSE budget 1e-7 for float32 and
+    narrower, where float32 rounding alone gives ~1e-14; ggml's 8-bit activations, ~1e-5, do
+    not pass). NaN and infinities propagate. Differentiable in `x` only (the gradient is
     ``g @ dequantize(w)``); the quantized weight gets no gradient.
     """
 
