@@ -49,11 +49,20 @@ def _strided(builder: Any, vec: Any, start: int, count: int) -> Any:
                                                         list(range(start, 2 * count, 2))))
 
 
-def _dot_kernel(shift: int) -> Any:
-    """An intrinsic ``dot(qs, n, xq, m, d, xd) -> float32`` for sub-blocks of ``1 << shift``.
+def _splat(builder: Any, value: Any) -> Any:
+    vf = ir.VectorType(_F32, _LANES)
+    one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, _LANES), [0] * _LANES))
 
-    ``sum_b d[n, b] * xd[m, b] * sum_{j in b} qs[n, j] * xq[m, j]`` over C-contiguous int8
-    `qs` (N, K), int16 `xq` (M, K) and float32 scales `d` (N, K >> shift), `xd` (M, K >> shift).
+
+def _dot_kernel(shift: int, rows: int) -> Any:
+    """An intrinsic ``dot(qs, n, xq, m, d, xd)`` for sub-blocks of ``1 << shift``.
+
+    For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
+    sum_{j in b} qs[n, j] * xq[r, j]`` over C-contiguous int8 `qs` (N, K), int16 `xq` (M, K)
+    and float32 scales `d` (N, K >> shift), `xd` (M, K >> shift); a float32, or a tuple of
+    `rows` of them. Each weight block is loaded and widened once for all the rows.
     """
     size = 1 << shift
 
@@ -63,7 +72,8 @@ def _dot_kernel(shift: int) -> Any:
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
                    and a.dtype == t for a, t in arrays):
             return None
-        sig = types.float32(qs, n, xq, m, d, xd)
+        result = types.float32 if rows == 1 else types.UniTuple(types.float32, rows)
+        sig = result(qs, n, xq, m, d, xd)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             q_arr, x_arr, d_arr, xd_arr = (
@@ -74,49 +84,60 @@ def _dot_kernel(shift: int) -> Any:
             k = builder.extract_value(q_arr.shape, 1)
             blocks = builder.ashr(k, ir.Constant(k.type, shift))
             q_row = builder.gep(q_arr.data, [builder.mul(row, k)])
-            x_row = builder.gep(x_arr.data, [builder.mul(col, k)])
             d_row = builder.gep(d_arr.data, [builder.mul(row, blocks)])
-            xd_row = builder.gep(xd_arr.data, [builder.mul(col, blocks)])
+            x_rows, xd_rows = [], []
+            for r in range(rows):
+                at = builder.add(col, ir.Constant(col.type, r))
+                x_rows.append(builder.gep(x_arr.data, [builder.mul(at, k)]))
+                xd_rows.append(builder.gep(xd_arr.data, [builder.mul(at, blocks)]))
             vf = ir.VectorType(_F32, _LANES)
-            acc = cgutils.alloca_once_value(builder, ir.Constant(vf, None))
+            wide = ir.VectorType(_I32, size)
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in x_rows]
             with cgutils.for_range(builder, blocks) as loop:
                 b = loop.index
                 at = builder.shl(b, ir.Constant(b.type, shift))
                 q = builder.load(builder.bitcast(builder.gep(q_row, [at]),
                                                  ir.VectorType(_I8, size).as_pointer()), align=1)
-                x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
-                                                 ir.VectorType(_I16, size).as_pointer()), align=2)
-                wide = ir.VectorType(_I32, size)
-                p = builder.mul(builder.sext(q, wide), builder.sext(x, wide))
-                # even + odd lanes: the pattern of a 16-bit pair multiply-add (vpmaddwd)
-                s = builder.add(_strided(builder, p, 0, size // 2),
-                                _strided(builder, p, 1, size // 2))
-                width = size // 2
-                while width > _LANES:
-                    width //= 2
-                    s = builder.add(_lanes(builder, s, 0, width), _lanes(builder, s, width, width))
-                scale = builder.fmul(builder.load(builder.gep(d_row, [b])),
-                                     builder.load(builder.gep(xd_row, [b])))
-                splat = builder.shuffle_vector(
-                    builder.insert_element(ir.Constant(vf, ir.Undefined), scale,
-                                           ir.Constant(_I32, 0)),
-                    ir.Constant(vf, ir.Undefined), ir.Constant(ir.VectorType(_I32, _LANES),
-                                                               [0] * _LANES))
-                term = builder.fmul(builder.sitofp(s, vf), splat, flags=["contract"])
-                builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
-            total = builder.load(acc)
-            value = builder.extract_element(total, ir.Constant(_I32, 0))
-            for lane in range(1, _LANES):
-                value = builder.fadd(value, builder.extract_element(total, ir.Constant(_I32, lane)))
-            return value
+                qw = builder.sext(q, wide)
+                dq = builder.load(builder.gep(d_row, [b]))
+                for x_row, xd_row, acc in zip(x_rows, xd_rows, accs, strict=True):
+                    x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
+                                                     ir.VectorType(_I16, size).as_pointer()),
+                                     align=2)
+                    p = builder.mul(qw, builder.sext(x, wide))
+                    # even + odd lanes: the pattern of a 16-bit pair multiply-add (vpmaddwd)
+                    s = builder.add(_strided(builder, p, 0, size // 2),
+                                    _strided(builder, p, 1, size // 2))
+                    width = size // 2
+                    while width > _LANES:
+                        width //= 2
+                        s = builder.add(_lanes(builder, s, 0, width),
+                                        _lanes(builder, s, width, width))
+                    scale = builder.fmul(dq, builder.load(builder.gep(xd_row, [b])))
+                    term = builder.fmul(builder.sitofp(s, vf), _splat(builder, scale),
+                                        flags=["contract"])
+                    builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
+            values = []
+            for acc in accs:
+                total = builder.load(acc)
+                value = builder.extract_element(total, ir.Constant(_I32, 0))
+                for lane in range(1, _LANES):
+                    value = builder.fadd(value,
+                                         builder.extract_element(total, ir.Constant(_I32, lane)))
+                values.append(value)
+            if rows == 1:
+                return values[0]
+            return context.make_tuple(builder, signature.return_type, values)
 
         return sig, codegen
 
     return dot
 
 
-_dot16 = _dot_kernel(4)
-_dot32 = _dot_kernel(5)
+_dot16 = _dot_kernel(4, 1)
+_dot32 = _dot_kernel(5, 1)
+_dot16x4 = _dot_kernel(4, 4)
+_dot32x4 = _dot_kernel(5, 4)
 
 
 @jit()
@@ -148,11 +169,28 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
           shift: int) -> None:
     m_rows = xq.shape[0]
     for n in range(lo, hi):
-        for m in range(m_rows):  # the weight row stays in L1 across the activation rows
+        m = 0
+        while m + 4 <= m_rows:  # four activation rows per pass over the weight row
+            if shift == 5:
+                a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, d, xd)
+            else:
+                a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, d, xd)
+            for b in range(mins.shape[1]):
+                a0 -= xsum[m, b] * mins[n, b]
+                a1 -= xsum[m + 1, b] * mins[n, b]
+                a2 -= xsum[m + 2, b] * mins[n, b]
+                a3 -= xsum[m + 3, b] * mins[n, b]
+            out[m, n] = a0
+            out[m + 1, n] = a1
+            out[m + 2, n] = a2
+            out[m + 3, n] = a3
+            m += 4
+        while m < m_rows:
             acc = _dot32(qs, n, xq, m, d, xd) if shift == 5 else _dot16(qs, n, xq, m, d, xd)
             for b in range(mins.shape[1]):
                 acc -= xsum[m, b] * mins[n, b]
             out[m, n] = acc
+            m += 1
 
 
 @jit()
