@@ -32,7 +32,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m", [1, 3, 20])  # one row, a few (dot products), many (BLAS tiles)
+@pytest.mark.parametrize("m", [1, 3, 20, 40])  # one row, a few (integer dots), many (BLAS)
 @pytest.mark.parametrize("n,k", [(8, 256), (40, 768), (300, 1024)])
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int, n: int,
                                               k: int, assert_qmatmul_close: Any) -> None:
@@ -66,3 +66,16 @@ def test_large_qmatmul_uses_the_parallel_kernel_and_agrees() -> None:
     quant.qmatmul(x, packed, out)
     want = x @ quant_blocks.dequantize(blocks, "q4_k").T
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
+def test_4_bit_weights_stay_4_bit(fmt: str) -> None:
+    # two weights per byte: the repacked form is about the size of the ggml blocks
+    rng = np.random.default_rng(5)
+    n, k = 64, 512
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
+    packed = quant.pack(blocks, fmt, (n, k))
+    assert packed.nibbles is not None and packed.nibbles.nbytes == n * k // 2
+    held = packed.nibbles.nbytes + packed.d.nbytes + (0 if packed.mins is None
+                                                      else packed.mins.nbytes)
+    assert held <= 1.6 * blocks.nbytes

@@ -37,7 +37,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m", [1, 3, 20])  # one row, a few (dot products), many (BLAS tiles)
+@pytest.mark.parametrize("m", [1, 3, 20, 40])  # one row, a few (integer dots), many (BLAS)
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int,
                                               assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)

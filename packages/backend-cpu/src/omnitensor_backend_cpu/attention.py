@@ -329,19 +329,33 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
 
 
 @jit()
-def _rotary(x: Any, cos: Any, sin: Any, interleaved: bool, out: Any) -> None:
+def _rotary(x: Any, cos: Any, sin: Any, period: int, interleaved: bool, out: Any) -> None:
+    # row r of x uses row r % period of the tables (tables shared by every head and batch
+    # entry are passed once, not broadcast into a copy per row)
     half = x.shape[1] // 2
     for r in range(x.shape[0]):
+        t = r % period
         if interleaved:
             for j in range(half):
                 a, b = x[r, 2 * j], x[r, 2 * j + 1]
-                out[r, 2 * j] = a * cos[r, j] - b * sin[r, j]
-                out[r, 2 * j + 1] = b * cos[r, j] + a * sin[r, j]
+                out[r, 2 * j] = a * cos[t, j] - b * sin[t, j]
+                out[r, 2 * j + 1] = b * cos[t, j] + a * sin[t, j]
         else:
             for j in range(half):
                 a, b = x[r, j], x[r, half + j]
-                out[r, j] = a * cos[r, j] - b * sin[r, j]
-                out[r, half + j] = b * cos[r, j] + a * sin[r, j]
+                out[r, j] = a * cos[t, j] - b * sin[t, j]
+                out[r, half + j] = b * cos[t, j] + a * sin[t, j]
+
+
+def _table(table: Array, half_shape: tuple[int, ...], dtype: Any) -> tuple[Array, int]:
+    """(rows of `table` as a 2-D C array of `dtype`, its period over the rows of x)."""
+    lead = table.shape[:-2] if table.ndim >= 2 else ()
+    if table.ndim >= 2 and all(n == 1 for n in lead) and table.shape[-2] == half_shape[-2] \
+            and table.shape[-1] == half_shape[-1]:
+        # the common case: one (T, D/2) table for every batch entry and head
+        return np.ascontiguousarray(table.reshape(half_shape[-2:]), dtype), half_shape[-2]
+    full = np.ascontiguousarray(np.broadcast_to(table, half_shape), dtype)
+    return full.reshape(-1, half_shape[-1]), full.size // half_shape[-1]
 
 
 def rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved: bool = False) -> None:
@@ -355,9 +369,10 @@ def rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved: bool = 
     d = x.shape[-1]
     half_shape = (*x.shape[:-1], d // 2)
     rows = x.size // d
-    # NOTE: a broadcast table reshaped to rows copies it (a few KB per call); x is read in place
-    # when contiguous.
-    c = np.ascontiguousarray(np.broadcast_to(cos, half_shape)).reshape(rows, d // 2)
-    s = np.ascontiguousarray(np.broadcast_to(sin, half_shape)).reshape(rows, d // 2)
-    _rotary(np.ascontiguousarray(x).reshape(rows, d), c.astype(x.dtype, copy=False),
-            s.astype(x.dtype, copy=False), interleaved, out.reshape(rows, d))
+    c, period = _table(cos, half_shape, x.dtype)
+    s, period_s = _table(sin, half_shape, x.dtype)
+    if period_s != period:  # tables broadcast differently: give both the full shape
+        c, period = _table(np.broadcast_to(cos, half_shape).copy(), half_shape, x.dtype)
+        s, _ = _table(np.broadcast_to(sin, half_shape).copy(), half_shape, x.dtype)
+    _rotary(np.ascontiguousarray(x).reshape(rows, d), c, s, period, interleaved,
+            out.reshape(rows, d))

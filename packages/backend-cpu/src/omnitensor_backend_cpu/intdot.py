@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 from . import pool
 from ._compat import jit, prange
 
-__all__ = ["SHIFTS", "dot_rows", "quantize_rows", "run"]
+__all__ = ["SHIFTS", "dot_rows", "quantize_rows", "run", "run_nibbles"]
 
 Array = np.ndarray[Any, Any]
 
@@ -56,19 +56,24 @@ def _splat(builder: Any, value: Any) -> Any:
                                   ir.Constant(ir.VectorType(_I32, _LANES), [0] * _LANES))
 
 
-def _dot_kernel(shift: int, rows: int) -> Any:
+def _dot_kernel(shift: int, rows: int, nibbles: bool = False) -> Any:
     """An intrinsic ``dot(qs, n, xq, m, d, xd)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
     sum_{j in b} qs[n, j] * xq[r, j]`` over C-contiguous int8 `qs` (N, K), int16 `xq` (M, K)
     and float32 scales `d` (N, K >> shift), `xd` (M, K >> shift); a float32, or a tuple of
     `rows` of them. Each weight block is loaded and widened once for all the rows.
+
+    With `nibbles`, `qs` is uint8 (N, K / 2), two weights 0..15 per byte: in each block of 32,
+    byte i holds weight i (low nibble) and weight 16 + i (high nibble).
     """
     size = 1 << shift
+    assert not nibbles or size == 32
 
     @intrinsic  # type: ignore[untyped-decorator]
     def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any) -> Any:
-        arrays = ((qs, types.int8), (xq, types.int16), (d, types.float32), (xd, types.float32))
+        arrays = ((qs, types.uint8 if nibbles else types.int8), (xq, types.int16),
+                  (d, types.float32), (xd, types.float32))
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
                    and a.dtype == t for a, t in arrays):
             return None
@@ -81,9 +86,10 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                 for i in (0, 2, 4, 5))
             row = context.cast(builder, args[1], signature.args[1], types.intp)
             col = context.cast(builder, args[3], signature.args[3], types.intp)
-            k = builder.extract_value(q_arr.shape, 1)
+            k = builder.extract_value(x_arr.shape, 1)
             blocks = builder.ashr(k, ir.Constant(k.type, shift))
-            q_row = builder.gep(q_arr.data, [builder.mul(row, k)])
+            q_row = builder.gep(q_arr.data, [builder.mul(row, builder.extract_value(q_arr.shape,
+                                                                                    1))])
             d_row = builder.gep(d_arr.data, [builder.mul(row, blocks)])
             x_rows, xd_rows = [], []
             for r in range(rows):
@@ -96,9 +102,21 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             with cgutils.for_range(builder, blocks) as loop:
                 b = loop.index
                 at = builder.shl(b, ir.Constant(b.type, shift))
-                q = builder.load(builder.bitcast(builder.gep(q_row, [at]),
-                                                 ir.VectorType(_I8, size).as_pointer()), align=1)
-                qw = builder.sext(q, wide)
+                if nibbles:
+                    half = builder.ashr(at, ir.Constant(at.type, 1))
+                    raw = builder.load(builder.bitcast(builder.gep(q_row, [half]),
+                                                       ir.VectorType(_I8, 16).as_pointer()),
+                                       align=1)
+                    low = builder.and_(raw, ir.Constant(ir.VectorType(_I8, 16), [15] * 16))
+                    high = builder.lshr(raw, ir.Constant(ir.VectorType(_I8, 16), [4] * 16))
+                    q = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32),
+                                                                      list(range(32))))
+                    qw = builder.zext(q, wide)
+                else:
+                    q = builder.load(builder.bitcast(builder.gep(q_row, [at]),
+                                                     ir.VectorType(_I8, size).as_pointer()),
+                                     align=1)
+                    qw = builder.sext(q, wide)
                 dq = builder.load(builder.gep(d_row, [b]))
                 for x_row, xd_row, acc in zip(x_rows, xd_rows, accs, strict=True):
                     x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
@@ -138,6 +156,8 @@ _dot16 = _dot_kernel(4, 1)
 _dot32 = _dot_kernel(5, 1)
 _dot16x4 = _dot_kernel(4, 4)
 _dot32x4 = _dot_kernel(5, 4)
+_nib32 = _dot_kernel(5, 1, nibbles=True)
+_nib32x4 = _dot_kernel(5, 4, nibbles=True)
 
 
 @jit()
@@ -193,6 +213,47 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
             m += 1
 
 
+@jit(inline=True)
+def _nib_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+              hi: int) -> None:
+    # `_rows` over 4-bit weights (sub-blocks of 32)
+    m_rows = xq.shape[0]
+    for n in range(lo, hi):
+        m = 0
+        while m + 4 <= m_rows:
+            a0, a1, a2, a3 = _nib32x4(qs, n, xq, m, d, xd)
+            for b in range(mins.shape[1]):
+                a0 -= xsum[m, b] * mins[n, b]
+                a1 -= xsum[m + 1, b] * mins[n, b]
+                a2 -= xsum[m + 2, b] * mins[n, b]
+                a3 -= xsum[m + 3, b] * mins[n, b]
+            out[m, n] = a0
+            out[m + 1, n] = a1
+            out[m + 2, n] = a2
+            out[m + 3, n] = a3
+            m += 4
+        while m < m_rows:
+            acc = _nib32(qs, n, xq, m, d, xd)
+            for b in range(mins.shape[1]):
+                acc -= xsum[m, b] * mins[n, b]
+            out[m, n] = acc
+            m += 1
+
+
+@jit()
+def _nibbles(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any) -> None:
+    _nib_rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0])
+
+
+@jit(parallel=True)
+def _nibbles_split(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
+                   parts: int) -> None:
+    n = qs.shape[0]
+    step = -(-n // parts)
+    for t in prange(parts):
+        _nib_rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step))
+
+
 @jit()
 def _rows32(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
             hi: int) -> None:
@@ -238,3 +299,14 @@ def run(xq: Array, xd: Array, qs: Array, d: Array, mins: Array, xsum: Array, out
         split(xq, xd, qs, d, mins, xsum, out, parts)
     else:
         dot_rows(shift)(xq, xd, qs, d, mins, xsum, out, 0, n)
+
+
+def run_nibbles(xq: Array, xd: Array, nibbles: Array, d: Array, mins: Array, xsum: Array,
+                out: Array) -> None:
+    """`run` over 4-bit weights stored two per byte (`quant.Packed.nibbles`, sub-blocks of 32)."""
+    n, half = nibbles.shape
+    parts = pool.parts(n, xq.shape[0] * n * half * 2, grain=16)
+    if parts > 1:
+        _nibbles_split(xq, xd, nibbles, d, mins, xsum, out, parts)
+    else:
+        _nibbles(xq, xd, nibbles, d, mins, xsum, out)

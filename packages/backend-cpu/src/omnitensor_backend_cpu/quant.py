@@ -44,26 +44,76 @@ FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"}) | MORE_FORMATS
 PARALLEL_THRESHOLD: Final = 1 << 24
 
 
+#: Formats whose repacked quants (0..15, after Q4_0's ``+ 8``) are stored two per byte.
+NIBBLE_FORMATS: Final = frozenset({"q4_0", "q4_1", "q4_k"})
+
+
 class Packed:
-    """A repacked weight (N, K): int8 quants `qs` (N, K), float32 scales `d` (N, K >> shift).
+    """A repacked weight (N, K): integer quants, float32 scales `d` (N, K >> shift).
+
+    The quants are int8 `qs` (N, K), or for `NIBBLE_FORMATS` 4-bit `nibbles` (N, K / 2):
+    in each block of 32 weights, byte i holds weight i in its low and weight 16 + i in its
+    high nibble (what `intdot`'s kernel unpacks with two vector operations).
 
     Attributes:
         format: the ggml format it came from.
-        qs: the integer quants, one int8 per weight.
+        qs: the integer quants, one int8 per weight (unpacked on demand from `nibbles`).
+        nibbles: the 4-bit quants, or None.
         d: the scale of each sub-block of ``1 << shift`` weights.
         shift: log2 of the sub-block size (5 or 4).
-        mins: (Q4_K) the offset of each sub-block of 32, subtracted; else None.
+        mins: (Q4_K, Q4_1, Q4_0's 8 d) the offset of each sub-block of 32, subtracted; else
+            None.
     """
 
-    __slots__ = ("d", "format", "mins", "qs", "shift")
+    __slots__ = ("_qs", "d", "format", "mins", "nibbles", "shift")
 
-    def __init__(self, qs: Array, d: Array, *, format: str = "q8_0", shift: int = 5,
-                 mins: Array | None = None) -> None:
-        self.qs = qs
+    def __init__(self, qs: Array | None, d: Array, *, format: str = "q8_0", shift: int = 5,
+                 mins: Array | None = None, nibbles: Array | None = None) -> None:
+        assert (qs is None) != (nibbles is None)
+        self._qs = qs
+        self.nibbles = nibbles
         self.d = d
         self.format = format
         self.shift = shift
         self.mins = mins
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(N, K)."""
+        if self._qs is not None:
+            return self._qs.shape  # type: ignore[no-any-return]
+        assert self.nibbles is not None
+        return self.nibbles.shape[0], self.nibbles.shape[1] * 2
+
+    @property
+    def qs(self) -> Array:
+        """The int8 quants (N, K); for nibbles a fresh unpacked array."""
+        return self.rows(0, self.shape[0])
+
+    def rows(self, lo: int, hi: int) -> Array:
+        """The int8 quants of weight rows [lo, hi)."""
+        if self._qs is not None:
+            return self._qs[lo:hi]
+        assert self.nibbles is not None
+        packed = self.nibbles[lo:hi].reshape(hi - lo, -1, 16)
+        both = np.concatenate([packed & np.uint8(0x0F), packed >> np.uint8(4)], axis=-1)
+        return both.reshape(hi - lo, -1).view(np.int8)
+
+
+def nibble_pack(packed: Packed) -> Packed:
+    """`packed` with its quants stored two per byte, when its format allows (else itself)."""
+    if packed.format not in NIBBLE_FORMATS or packed.shift != 5 or packed.nibbles is not None:
+        return packed
+    q = packed.qs
+    mins = packed.mins
+    if packed.format == "q4_0":  # d (q - 8) = d q' - 8 d with q' = q + 8 in 0..15
+        q = q + np.int8(8)
+        mins = np.ascontiguousarray(8.0 * packed.d, dtype=np.float32)
+    n, k = q.shape
+    blocks = q.view(np.uint8).reshape(n, k // 32, 32)
+    nibbles = blocks[..., :16] | (blocks[..., 16:] << np.uint8(4))
+    return Packed(None, packed.d, format=packed.format, shift=5, mins=mins,
+                  nibbles=np.ascontiguousarray(nibbles.reshape(n, k // 2)))
 
 
 def _f16(raw: Array) -> Array:
@@ -117,7 +167,7 @@ def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     """Repack ggml blocks (uint8 [N, K/block*block_bytes]) of logical `shape` (N, K)."""
     assert format in FORMATS, format
     if format in MORE_FORMATS:
-        return pack_more(blocks, format, shape)  # type: ignore[no-any-return]
+        return nibble_pack(pack_more(blocks, format, shape))
     n, k = shape
     if format == "q8_0":
         raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)
@@ -129,9 +179,10 @@ def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     with np.errstate(all="ignore"):
         q, sub_d, sub_m = unpack(flat)
     mins = None if sub_m is None else np.ascontiguousarray(sub_m.reshape(n, k // 32))
-    return Packed(np.ascontiguousarray(q.reshape(n, k)),
-                  np.ascontiguousarray(sub_d.reshape(n, k >> shift), dtype=np.float32),
-                  format=format, shift=shift, mins=mins)
+    return nibble_pack(Packed(np.ascontiguousarray(q.reshape(n, k)),
+                              np.ascontiguousarray(sub_d.reshape(n, k >> shift),
+                                                   dtype=np.float32),
+                              format=format, shift=shift, mins=mins))
 
 
 # NOTE: keyed by id(buffer) with a weak reference that proves it is still the same array; the
@@ -285,7 +336,7 @@ _TILE_BYTES: Final = 1 << 18
 
 
 def _many_rows(x: Array, packed: Packed, out: Array) -> None:
-    n, k = packed.qs.shape
+    n, k = packed.shape
     sub = 1 << packed.shift
     tile = max(16, min(n, _TILE_BYTES // (4 * k)))
     scratch = np.empty((tile, k), np.float32)
@@ -294,7 +345,8 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
         hi = min(lo + tile, n)
         w = scratch[: hi - lo]
         blocks = w.reshape(hi - lo, k // sub, sub)
-        np.multiply(packed.qs[lo:hi].reshape(blocks.shape), packed.d[lo:hi, :, None], out=blocks)
+        np.multiply(packed.rows(lo, hi).reshape(blocks.shape), packed.d[lo:hi, :, None],
+                    out=blocks)
         if packed.mins is not None:  # one offset per scale sub-block (checked by the caller)
             blocks -= packed.mins[lo:hi, :, None]
         np.matmul(x, w.T, out=out[:, lo:hi])
@@ -308,7 +360,15 @@ def _integer(x: Array, packed: Packed, mins: Array, xsum: Array, out: Array) -> 
     xd = np.empty((m_rows, k >> shift), np.float32)
     if not intdot.quantize_rows(x, xq, xd, shift):
         return False
-    intdot.run(xq, xd, packed.qs, packed.d, mins, xsum, out, shift)
+    if mins.shape[1]:
+        # the offsets' sums of the quantized activation (exact integer sums), so that the
+        # offset and the products see the same x: (q - m) x rounds as a whole, not q x alone
+        xsum = np.multiply(xq.reshape(m_rows, mins.shape[1], -1).sum(axis=-1, dtype=np.int32),
+                           xd, dtype=np.float32)
+    if packed.nibbles is not None:
+        intdot.run_nibbles(xq, xd, packed.nibbles, packed.d, mins, xsum, out)
+    else:
+        intdot.run(xq, xd, packed.qs, packed.d, mins, xsum, out, shift)
     return True
 
 
@@ -319,9 +379,9 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     by integer dot products (`intdot`, within the op's declared NMSE budget); rows holding a
     NaN or infinity, and odd sub-block layouts, take the float32 kernels.
     """
-    n, k = packed.qs.shape
+    n, k = packed.shape
     m_rows = x.shape[0]
-    qs, d, shift = packed.qs, packed.d, packed.shift
+    d, shift = packed.d, packed.shift
     mins, xsum = packed.mins, _NO_MINS
     if mins is None:
         mins = _NO_MINS
@@ -332,10 +392,11 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     if (m_rows < BLAS_MIN_ROWS and shift in intdot.SHIFTS and x.dtype == np.float32
             and mins.shape[1] in (0, d.shape[1]) and _integer(x, packed, mins, xsum, out)):
         return
+    if m_rows >= BLAS_MIN_ROWS and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
+        _many_rows(x, packed, out)
+        return
+    qs = packed.qs  # the float kernels (non-finite rows): nibbles unpacked for this call
     if m_rows > 1 and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
-        if m_rows >= BLAS_MIN_ROWS:
-            _many_rows(x, packed, out)
-            return
         few = _few_rows32 if shift == 5 else _few_rows16
         pool.parallel_for(n, lambda lo, hi: few(x, qs, d, mins, xsum, out, lo, hi),
                           work=(m_rows * n * k) >> 9, grain=16)
