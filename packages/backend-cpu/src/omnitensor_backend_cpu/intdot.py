@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import numpy as np
 from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import types as _types
+from numba.core import cgutils as _cgutils
+from numba.extending import intrinsic as _intrinsic
 
 from . import pool
 from ._compat import jit, prange
@@ -34,6 +34,11 @@ Array = np.ndarray[Any, Any]
 
 #: log2 of the sub-block sizes with an integer kernel (one weight scale per 16 or 32 elements).
 SHIFTS: Final = (4, 5)
+
+# NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
+types: Any = _types
+cgutils: Any = _cgutils
+intrinsic: Any = _intrinsic
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _LANES: Final = 8
@@ -70,7 +75,7 @@ def _dot_kernel(shift: int, rows: int, nibbles: bool = False) -> Any:
     size = 1 << shift
     assert not nibbles or size == 32
 
-    @intrinsic  # type: ignore[untyped-decorator]
+    @intrinsic
     def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any) -> Any:
         arrays = ((qs, types.uint8 if nibbles else types.int8), (xq, types.int16),
                   (d, types.float32), (xd, types.float32))
