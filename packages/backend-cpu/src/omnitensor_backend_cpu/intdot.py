@@ -75,7 +75,7 @@ def _dot_kernel(shift: int, rows: int, nibbles: bool = False) -> Any:
     size = 1 << shift
     assert not nibbles or size == 32
 
-    @intrinsic
+    @intrinsic  # type: ignore[untyped-decorator]
     def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any) -> Any:
         arrays = ((qs, types.uint8 if nibbles else types.int8), (xq, types.int16),
                   (d, types.float32), (xd, types.float32))
