@@ -67,15 +67,18 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
             scores[s] = value
             m = value if value > m else m
         # NaN scores (from the inputs or an additive mask) make the row NaN, as in the reference.
+        # Keys from `limit` on (a cache's unused capacity) weigh exp(lowest - m) = 0 exactly
+        # unless every key is masked (then all weigh the same), so they are skipped.
+        end = limit if limit > 0 and m > lowest else s_len
         total = np.float32(0.0)
-        for s in range(s_len):
+        for s in range(end):
             e = exp32f(scores[s] - m)
             scores[s] = e
             total += e
         inv = np.float32(1.0) / total
         for d in range(dv_len):
             dst[d] = 0.0
-        for s in range(s_len):
+        for s in range(end):
             p = scores[s] * inv
             row = values[s]
             for d in range(dv_len):
