@@ -28,7 +28,7 @@ from numba.extending import intrinsic as _intrinsic
 from . import pool
 from ._compat import jit, prange
 
-__all__ = ["SHIFTS", "dot_rows", "quantize_rows", "run", "run_nibbles"]
+__all__ = ["SHIFTS", "dot_rows", "quantize_rows", "run"]
 
 Array = np.ndarray[Any, Any]
 
@@ -61,7 +61,7 @@ def _splat(builder: Any, value: Any) -> Any:
                                   ir.Constant(ir.VectorType(_I32, _LANES), [0] * _LANES))
 
 
-def _dot_kernel(shift: int, rows: int, nibbles: bool = False) -> Any:
+def _dot_kernel(shift: int, rows: int) -> Any:
     """An intrinsic ``dot(qs, n, xq, m, d, xd)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
@@ -69,14 +69,14 @@ def _dot_kernel(shift: int, rows: int, nibbles: bool = False) -> Any:
     and float32 scales `d` (N, K >> shift), `xd` (M, K >> shift); a float32, or a tuple of
     `rows` of them. Each weight block is loaded and widened once for all the rows.
 
-    With `nibbles`, `qs` is uint8 (N, K / 2), two weights 0..15 per byte: in each block of 32,
-    byte i holds weight i (low nibble) and weight 16 + i (high nibble).
+    A uint8 `qs` (N, K / 2) holds two weights 0..15 per byte (sub-blocks of 32 only): in each
+    block of 32, byte i holds weight i (low nibble) and weight 16 + i (high nibble).
     """
     size = 1 << shift
-    assert not nibbles or size == 32
 
     @intrinsic  # type: ignore[untyped-decorator]
     def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any) -> Any:
+        nibbles = isinstance(qs, types.Array) and qs.dtype == types.uint8 and size == 32
         arrays = ((qs, types.uint8 if nibbles else types.int8), (xq, types.int16),
                   (d, types.float32), (xd, types.float32))
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
@@ -161,8 +161,7 @@ _dot16 = _dot_kernel(4, 1)
 _dot32 = _dot_kernel(5, 1)
 _dot16x4 = _dot_kernel(4, 4)
 _dot32x4 = _dot_kernel(5, 4)
-_nib32 = _dot_kernel(5, 1, nibbles=True)
-_nib32x4 = _dot_kernel(5, 4, nibbles=True)
+
 
 
 @jit()
@@ -190,6 +189,21 @@ def quantize_rows(x: Any, xq: Any, xd: Any, shift: int) -> bool:
 
 
 @jit(inline=True)
+def store4(out: Any, mins: Any, xsum: Any, m: int, n: int, a0: Any, a1: Any, a2: Any,
+           a3: Any) -> None:
+    """Out[m..m+3, n] = the four rows' sums less their offsets (``xsum . mins``)."""
+    for b in range(mins.shape[1]):
+        a0 -= xsum[m, b] * mins[n, b]
+        a1 -= xsum[m + 1, b] * mins[n, b]
+        a2 -= xsum[m + 2, b] * mins[n, b]
+        a3 -= xsum[m + 3, b] * mins[n, b]
+    out[m, n] = a0
+    out[m + 1, n] = a1
+    out[m + 2, n] = a2
+    out[m + 3, n] = a3
+
+
+@jit(inline=True)
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
           shift: int) -> None:
     m_rows = xq.shape[0]
@@ -200,15 +214,7 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
                 a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, d, xd)
             else:
                 a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, d, xd)
-            for b in range(mins.shape[1]):
-                a0 -= xsum[m, b] * mins[n, b]
-                a1 -= xsum[m + 1, b] * mins[n, b]
-                a2 -= xsum[m + 2, b] * mins[n, b]
-                a3 -= xsum[m + 3, b] * mins[n, b]
-            out[m, n] = a0
-            out[m + 1, n] = a1
-            out[m + 2, n] = a2
-            out[m + 3, n] = a3
+            store4(out, mins, xsum, m, n, a0, a1, a2, a3)
             m += 4
         while m < m_rows:
             acc = _dot32(qs, n, xq, m, d, xd) if shift == 5 else _dot16(qs, n, xq, m, d, xd)
@@ -216,47 +222,6 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
                 acc -= xsum[m, b] * mins[n, b]
             out[m, n] = acc
             m += 1
-
-
-@jit(inline=True)
-def _nib_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-              hi: int) -> None:
-    # `_rows` over 4-bit weights (sub-blocks of 32)
-    m_rows = xq.shape[0]
-    for n in range(lo, hi):
-        m = 0
-        while m + 4 <= m_rows:
-            a0, a1, a2, a3 = _nib32x4(qs, n, xq, m, d, xd)
-            for b in range(mins.shape[1]):
-                a0 -= xsum[m, b] * mins[n, b]
-                a1 -= xsum[m + 1, b] * mins[n, b]
-                a2 -= xsum[m + 2, b] * mins[n, b]
-                a3 -= xsum[m + 3, b] * mins[n, b]
-            out[m, n] = a0
-            out[m + 1, n] = a1
-            out[m + 2, n] = a2
-            out[m + 3, n] = a3
-            m += 4
-        while m < m_rows:
-            acc = _nib32(qs, n, xq, m, d, xd)
-            for b in range(mins.shape[1]):
-                acc -= xsum[m, b] * mins[n, b]
-            out[m, n] = acc
-            m += 1
-
-
-@jit()
-def _nibbles(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any) -> None:
-    _nib_rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0])
-
-
-@jit(parallel=True)
-def _nibbles_split(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                   parts: int) -> None:
-    n = qs.shape[0]
-    step = -(-n // parts)
-    for t in prange(parts):
-        _nib_rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step))
 
 
 @jit()
@@ -296,8 +261,11 @@ def dot_rows(shift: int) -> Any:
 
 def run(xq: Array, xd: Array, qs: Array, d: Array, mins: Array, xsum: Array, out: Array,
         shift: int) -> None:
-    """Out (M, N) from quantized rows (`quantize_rows`), split over threads when it pays."""
-    n, k = qs.shape
+    """Out (M, N) from quantized rows (`quantize_rows`), split over threads when it pays.
+
+    `qs` is int8 (N, K), or uint8 (N, K / 2) 4-bit weights (`quant.Packed.nibbles`, shift 5).
+    """
+    n, k = qs.shape[0], xq.shape[1]
     parts = pool.parts(n, xq.shape[0] * n * k, grain=16)
     if parts > 1:
         split = _rows32_split if shift == 5 else _rows16_split
@@ -306,12 +274,3 @@ def run(xq: Array, xd: Array, qs: Array, d: Array, mins: Array, xsum: Array, out
         dot_rows(shift)(xq, xd, qs, d, mins, xsum, out, 0, n)
 
 
-def run_nibbles(xq: Array, xd: Array, nibbles: Array, d: Array, mins: Array, xsum: Array,
-                out: Array) -> None:
-    """`run` over 4-bit weights stored two per byte (`quant.Packed.nibbles`, sub-blocks of 32)."""
-    n, half = nibbles.shape
-    parts = pool.parts(n, xq.shape[0] * n * half * 2, grain=16)
-    if parts > 1:
-        _nibbles_split(xq, xd, nibbles, d, mins, xsum, out, parts)
-    else:
-        _nibbles(xq, xd, nibbles, d, mins, xsum, out)

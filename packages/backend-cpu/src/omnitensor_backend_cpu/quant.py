@@ -295,15 +295,7 @@ def _four_rows(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, n: int,
             a1 += x[m + 1, j] * w
             a2 += x[m + 2, j] * w
             a3 += x[m + 3, j] * w
-        for b in range(mins.shape[1]):
-            a0 -= xsum[m, b] * mins[n, b]
-            a1 -= xsum[m + 1, b] * mins[n, b]
-            a2 -= xsum[m + 2, b] * mins[n, b]
-            a3 -= xsum[m + 3, b] * mins[n, b]
-        out[m, n] = a0
-        out[m + 1, n] = a1
-        out[m + 2, n] = a2
-        out[m + 3, n] = a3
+        intdot.store4(out, mins, xsum, m, n, a0, a1, a2, a3)
         m += 4
     while m < m_rows:
         acc = np.float32(0.0)
@@ -365,10 +357,8 @@ def _integer(x: Array, packed: Packed, mins: Array, xsum: Array, out: Array) -> 
         # offset and the products see the same x: (q - m) x rounds as a whole, not q x alone
         xsum = np.multiply(xq.reshape(m_rows, mins.shape[1], -1).sum(axis=-1, dtype=np.int32),
                            xd, dtype=np.float32)
-    if packed.nibbles is not None:
-        intdot.run_nibbles(xq, xd, packed.nibbles, packed.d, mins, xsum, out)
-    else:
-        intdot.run(xq, xd, packed.qs, packed.d, mins, xsum, out, shift)
+    quants = packed.qs if packed.nibbles is None else packed.nibbles
+    intdot.run(xq, xd, quants, packed.d, mins, xsum, out, shift)
     return True
 
 
