@@ -107,15 +107,20 @@ def _attention(q: Array, k: Array, v: Array, scale: float, keep: Array,
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_attention_decode_against_a_cache(dtype: Any) -> None:
+@pytest.mark.parametrize("capacity,used", [(32, 10), (4096, 3000)])  # one thread; split heads
+def test_attention_decode_against_a_cache(dtype: Any, capacity: int, used: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import threads
+
+    monkeypatch.setattr(threads, "_COUNT", [2])  # a long cache splits heads over two workers
     rng = np.random.default_rng(3)
     q = rng.normal(size=(2, 6, 1, 16)).astype(dtype)
-    cache_k = rng.normal(size=(2, 2, 32, 16)).astype(dtype)
-    cache_v = rng.normal(size=(2, 2, 32, 16)).astype(dtype)
+    cache_k = rng.normal(size=(2, 2, capacity, 16)).astype(dtype)
+    cache_v = rng.normal(size=(2, 2, capacity, 16)).astype(dtype)
     out = np.empty((2, 6, 1, 16), dtype)
-    attention.sdpa(q, cache_k, cache_v, out, scale=0.25, q_positions=np.array([9]),
-                   kv_length=10, causal=True)
-    keep = np.arange(32) < 10
+    attention.sdpa(q, cache_k, cache_v, out, scale=0.25, q_positions=np.array([used - 1]),
+                   kv_length=used, causal=True)
+    keep = np.arange(capacity) < used
     assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 1e-6
 
 

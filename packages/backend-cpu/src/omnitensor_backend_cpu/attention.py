@@ -20,7 +20,7 @@ from typing import Any, Final
 import numpy as np
 
 from . import pool, threads
-from ._compat import jit
+from ._compat import jit, prange
 from .mathlib import exp32f, tanh32f
 from .rowops import _exp_sum32, _row_max32
 
@@ -151,6 +151,24 @@ def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
         b, h = task // n_h, task % n_h
         _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep, b,
                 h, h // groups, out, scores)
+
+
+@jit(parallel=True)
+def _sdpa32_split(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool,
+                  kvlen: int, scale: float, softcap: float, has_add: bool, has_keep: bool,
+                  out: Any, parts: int) -> None:
+    # decode over a long cache: heads split over numba's OpenMP workers (see `pool`), which
+    # the step's matrix-vector products keep spinning
+    n_h = q.shape[1]
+    groups = n_h // k.shape[1]
+    tasks = q.shape[0] * n_h
+    step = -(-tasks // parts)
+    for part in prange(parts):
+        scores = np.empty(k.shape[2], np.float32)
+        for task in range(part * step, min(tasks, part * step + step)):
+            b, h = task // n_h, task % n_h
+            _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
+                    has_keep, b, h, h // groups, out, scores)
 
 
 @jit()
@@ -327,6 +345,10 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     kernel = _sdpa32 if q.dtype == np.float32 else _sdpa64
     args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,
             has_keep, out)
+    parts = pool.parts(n_b * n_h, work >> 1)
+    if parts > 1 and q.dtype == np.float32:
+        _sdpa32_split(*args, parts)
+        return
     # NOTE: one task per (batch, head); a task's multiply-adds count 1/16 of an element.
     pool.parallel_for(n_b * n_h, lambda lo, hi: kernel(*args, lo, hi), work=work >> 4)
 
