@@ -28,8 +28,8 @@ FORMATS: Final = frozenset({"f16", "bf16"})
 
 #: Most activation rows handled by row reductions; more go through widened tiles and BLAS.
 ROWS_MAX: Final = 4
-#: Weight rows widened per tile for BLAS (float32 tile of TILE x K stays in L2 for K <= 4096).
-TILE: Final = 128
+#: Float32 bytes of a widened tile multiplied by BLAS (large: see `quant._TILE_BYTES`).
+TILE_BYTES: Final = 1 << 22
 
 
 @jit(inline=True)
@@ -187,9 +187,10 @@ def qmatmul(x: Array, blocks: Array, format: str, out: Array, *,
             pool.parallel_for(n, lambda lo, hi: _rows(x, w, flags, out, lo, hi, is_f16),
                               work=(n * k) >> (24 - 17), grain=16)
         return
-    tile = np.empty((min(TILE, n), k), np.float32)
-    for lo in range(0, n, TILE):
-        hi = min(lo + TILE, n)
+    rows = max(16, min(n, TILE_BYTES // (4 * k)))
+    tile = np.empty((rows, k), np.float32)
+    for lo in range(0, n, rows):
+        hi = min(lo + rows, n)
         if direct:
             _tile_direct(w, tile, lo, hi, is_f16)
         else:
