@@ -347,7 +347,7 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
         np.matmul(x, w.T, out=out[:, lo:hi])
 
 
-def _integer(x: Array, packed: Packed, mins: Array, xsum: Array, out: Array) -> bool:
+def _integer(x: Array, packed: Packed, mins: Array, out: Array) -> bool:
     """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
     m_rows, k = x.shape
     shift = packed.shift
@@ -355,6 +355,7 @@ def _integer(x: Array, packed: Packed, mins: Array, xsum: Array, out: Array) -> 
     xd = np.empty((m_rows, k >> shift), np.float32)
     if not intdot.quantize_rows(x, xq, xd, shift):
         return False
+    xsum = _NO_MINS
     if mins.shape[1]:
         # the offsets' sums of the quantized activation (exact integer sums), so that the
         # offset and the products see the same x: (q - m) x rounds as a whole, not q x alone
@@ -375,19 +376,18 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     n, k = packed.shape
     m_rows = x.shape[0]
     d, shift = packed.d, packed.shift
-    mins, xsum = packed.mins, _NO_MINS
-    if mins is None:
-        mins = _NO_MINS
-    elif m_rows < BLAS_MIN_ROWS or shift not in (4, 5):
-        # NOTE: the offsets meet the activation only through its sub-block sums.
-        # (per sub-block of 32, or 16 for Q2_K)
-        xsum = np.ascontiguousarray(x.reshape(m_rows, mins.shape[1], -1).sum(axis=-1))
+    mins = _NO_MINS if packed.mins is None else packed.mins
     if (m_rows < BLAS_MIN_ROWS and shift in intdot.SHIFTS and x.dtype == np.float32
-            and mins.shape[1] in (0, d.shape[1]) and _integer(x, packed, mins, xsum, out)):
+            and mins.shape[1] in (0, d.shape[1]) and _integer(x, packed, mins, out)):
         return
     if m_rows >= BLAS_MIN_ROWS and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
         _many_rows(x, packed, out)
         return
+    xsum = _NO_MINS
+    if mins.shape[1]:
+        # NOTE: the offsets meet the activation only through its sub-block sums.
+        # (per sub-block of 32, or 16 for Q2_K)
+        xsum = np.ascontiguousarray(x.reshape(m_rows, mins.shape[1], -1).sum(axis=-1))
     qs = packed.qs  # the float kernels (non-finite rows): nibbles unpacked for this call
     if m_rows > 1 and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
         few = _few_rows32 if shift == 5 else _few_rows16
