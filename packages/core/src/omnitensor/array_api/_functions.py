@@ -338,7 +338,10 @@ def bitwise_left_shift(x1: Tensor, x2: Tensor, /) -> Tensor:
 def bitwise_right_shift(x1: Tensor, x2: Tensor, /) -> Tensor:
     """x1 >> x2, arithmetic for signed integers (floor division by 2**x2)."""
     a, b, too_far = _shift_amount(x1, x2)
-    shifted = floor_divide(a, pow(2, b).astype(a.dtype))
+    # NOTE: 2**b overflows a signed type at b = bits - 1 (int16: 2**15 wraps to -32768, and
+    # 1 >> 15 gave -1); floor(floor(a / 2**(b-1)) / 2) is the same quotient within range.
+    half = pow(2, where(b > 0, b - 1, 0)).astype(a.dtype)
+    shifted = where(b > 0, floor_divide(floor_divide(a, half), 2), a)
     sign_fill = where(less(a, 0), -1, 0).astype(a.dtype)  # what shifting out every bit leaves
     return where(too_far, sign_fill, shifted)
 
