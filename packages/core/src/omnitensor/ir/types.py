@@ -30,8 +30,8 @@ class TensorType:
     dtype: DType
 
     def __post_init__(self) -> None:
-        shape = tuple(int(d) for d in self.shape)
-        if any(d < 0 for d in shape):
+        shape = tuple([int(d) for d in self.shape])
+        if shape and min(shape) < 0:
             raise ShapeError(f"tensor type: negative dimension (got {shape})")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", as_dtype(self.dtype))

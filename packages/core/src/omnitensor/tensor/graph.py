@@ -123,13 +123,18 @@ def _track_aliases(node: Node) -> None:
     backend = node.backend
     if backend is None or node.buffers is None:
         return
-    storages = tuple(backend.storage(buf) for buf in node.buffers)
-    if all(st is buf for st, buf in zip(storages, node.buffers, strict=True)):
+    # NOTE: this runs for every result of every call (a decode step has ~50); most own their
+    # memory, and that case is kept to one storage lookup per buffer
+    storages = tuple([backend.storage(buf) for buf in node.buffers])
+    views = [i for i, buf in enumerate(node.buffers) if storages[i] is not buf]
+    if not views:
         return
     node.storages = storages
-    for st, buf in zip(storages, node.buffers, strict=True):
-        if st is not buf:
-            _aliases.setdefault(id(st), weakref.WeakSet()).add(node)
+    for i in views:
+        members = _aliases.get(id(storages[i]))
+        if members is None:
+            members = _aliases[id(storages[i])] = weakref.WeakSet()
+        members.add(node)
     if len(_aliases) > _prune_at:
         for key in [k for k, members in _aliases.items() if not members]:
             del _aliases[key]

@@ -14,13 +14,14 @@ import logging
 import os
 import time
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..backend.contract import Backend
 from ..errors import OmnitensorError, TraceError
+from ..ir.types import TensorType
 from .graph import Node, Ref, aliases_of, capture
 from .realize import (
     compile_plan,
@@ -106,7 +107,7 @@ def _flatten(tree: Any, leaves: list[Any]) -> Any:
         leaves.append(tree)
         return ("T", len(leaves) - 1)
     if isinstance(tree, (list, tuple)):
-        return (type(tree).__name__, tuple(_flatten(x, leaves) for x in tree))
+        return (type(tree).__name__, tuple([_flatten(x, leaves) for x in tree]))
     if isinstance(tree, dict):
         return ("dict", tuple((k, _flatten(v, leaves)) for k, v in sorted(tree.items())))
     return ("static", tree)
@@ -122,6 +123,38 @@ def _unflatten(spec: Any, leaves: Sequence[Any]) -> Any:
     if kind == "dict":
         return {k: _unflatten(v, leaves) for k, v in body}
     return body
+
+
+def _leaf_types(leaves: list[Tensor]) -> tuple[Any, ...]:
+    """(shape, dtype name) of each tensor argument: the part of a call's signature they set."""
+    # NOTE: dtype names, not DType objects: a DType hashes in Python (a frozen dataclass), and
+    # a decode step's signature holds some 55 of them
+    out = []
+    for t in leaves:
+        held = t._node.types[t._index]
+        out.append((held.shape, held.dtype.name) if isinstance(held, TensorType)
+                   else (t.shape, t.dtype))
+    return tuple(out)
+
+
+class _Signature:
+    """A call signature (a nested tuple) that hashes once: the trace cache looks it up twice."""
+
+    __slots__ = ("hash", "value")
+
+    def __init__(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+        self.hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Signature) and self.hash == other.hash \
+            and self.value == other.value
+
+    def __getitem__(self, index: int) -> Any:
+        return self.value[index]
 
 
 @dataclass
@@ -141,6 +174,18 @@ class _Trace:
     grads_cleared: list[weakref.ref[Tensor]] = field(default_factory=list)
     #: owners whose gradient the trace read on entry, with its type then (None: no gradient)
     guards: list[tuple[weakref.ref[Tensor], Any]] = field(default_factory=list)
+    #: (buffer, its backend storage) by input position, as last seen (`_writable_in_place`)
+    storages: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    #: input positions of the function's arguments (the rest are captured tensors)
+    arguments: frozenset[int] = frozenset()
+    #: (input position, argument leaf) of each argument, and (position, sources) of each
+    #: captured tensor a handle may have rebound: `_inputs`'s loops, prepared once
+    placed: list[tuple[int, int]] = field(init=False)
+    watched: list[tuple[int, list[Callable[[], Tensor | None]]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.placed = [(pos, self.leaves[pos][0].placeholder or 0) for pos in sorted(self.arguments)]
+        self.watched = sorted(self.handles.items())
 
     def matches(self) -> bool:
         """True when every gradient the trace read on entry is present (or absent) as then."""
@@ -193,17 +238,24 @@ class CompiledFunction(Generic[P, R]):
             arg_specs.append(_flatten(arg, arg_leaves))
             owners.extend([position] * (len(arg_leaves) - before))
         spec = ("tuple", (("tuple", tuple(arg_specs)), _flatten(kwargs, arg_leaves)))
-        realize_refs([t._ref() for t in arg_leaves])
+        refs = [(t._node, t._index) for t in arg_leaves]
+        realize_refs(refs)
         for position in self.donate:
             if position >= len(args):
                 raise OmnitensorError(f"compile: donate index {position} is not an argument "
                                       f"(the function got {len(args)})")
         donated_leaves = frozenset(i for i, p in enumerate(owners) if p in self.donate)
-        backend = pick_backend([t._ref() for t in arg_leaves]) if arg_leaves else None
-        signature = (spec_key(spec), tuple((t.shape, t.dtype) for t in arg_leaves),
-                     id(backend))
-        candidates = self._cache.setdefault(signature, [])
-        self._cache.move_to_end(signature)
+        backend = pick_backend(refs) if arg_leaves else None
+        try:
+            signature = _Signature((spec, _leaf_types(arg_leaves), id(backend)))
+        except TypeError:
+            spec_key(spec)  # says which argument is not hashable
+            raise
+        candidates = self._cache.get(signature)
+        if candidates is None:
+            candidates = self._cache[signature] = []
+        else:
+            self._cache.move_to_end(signature)
         # traces of one signature differ only in which gradients existed on entry (guards)
         trace = next((t for t in candidates if t.matches()), None)
         if trace is None:
@@ -287,35 +339,37 @@ class CompiledFunction(Generic[P, R]):
             pos = by_leaf.get((id(node), index))
             if pos is not None and node.placeholder is None:
                 handles.setdefault(pos, []).append(ref)
+        arguments = frozenset(pos for pos, (node, _) in enumerate(cap.leaves)
+                              if node.placeholder is not None)
         return _Trace(plan, cap.key, chosen, cap.leaves, handles, out_spec, len(out_leaves),
-                      [r for r in rebound if r() is not None], grads_set, grads_cleared, guards)
+                      [r for r in rebound if r() is not None], grads_set, grads_cleared, guards,
+                      arguments=arguments)
 
     def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> tuple[list[Ref], list[Any]]:
-        refs: list[Ref] = []
-        for pos, (node, index) in enumerate(trace.leaves):
-            if node.placeholder is not None:
-                refs.append(arg_leaves[node.placeholder]._ref())
-                continue
-            current: Ref = (node, index)
-            for source in trace.handles.get(pos, []):
+        refs: list[Ref] = list(trace.leaves)
+        for pos, placeholder in trace.placed:
+            refs[pos] = arg_leaves[placeholder]._ref()
+        for pos, sources in trace.watched:
+            node, index = refs[pos]
+            for source in sources:
                 handle = source()
                 if handle is None:
                     continue
                 if handle._node is node and handle._index == index:  # not rebound (weights)
                     break
                 if handle._node.types[handle._index] == node.types[index]:
-                    current = (handle._node, handle._index)
+                    refs[pos] = (handle._node, handle._index)
                     break
-            refs.append(current)
         realize_refs(refs)
         return refs, leaf_buffers(refs, trace.backend)
 
     def _run(self, trace: _Trace, arg_leaves: list[Tensor], donated_leaves: frozenset[int]
              ) -> Any:
         refs, buffers = self._inputs(trace, arg_leaves)
-        donated = frozenset(pos for pos, (node, _) in enumerate(trace.leaves)
-                            if node.placeholder is not None and node.placeholder in donated_leaves)
-        in_place, storages = _writable_in_place(trace.backend, buffers, donated)
+        donated = frozenset(pos for pos in trace.arguments
+                            if trace.leaves[pos][0].placeholder in donated_leaves)
+        in_place, storages = _writable_in_place(trace.backend, buffers, donated,
+                                                trace.storages, trace.arguments)
         outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=in_place)
         stats.cache_hits += 1
         for pos in donated:
@@ -349,9 +403,13 @@ class CompiledFunction(Generic[P, R]):
         return _unflatten(trace.out_spec, results)
 
 
-def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[int]
+def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[int],
+                       memo: dict[int, tuple[Any, Any]], arguments: frozenset[int]
                        ) -> tuple[frozenset[int], dict[int, Any]]:
     """The donated positions the backend may write in place, and their storages.
+
+    `memo` holds (buffer, storage) by input position from earlier calls of the same trace,
+    except at `arguments` (the caller's tensors).
 
     A donated buffer that views memory it does not own (a slice of a larger tensor), or whose
     memory another input of the same call reads, is copied instead: writing it would change
@@ -359,11 +417,22 @@ def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[
     """
     if not donated:
         return donated, {}
-    storages = [backend.storage(buf) for buf in buffers]
-    ids = [id(st) for st in storages]
+    storages = []
+    for pos, buf in enumerate(buffers):
+        # NOTE: a trace's weights come back as the same buffers call after call; walking
+        # each one's `.base` chain again was most of this function's time
+        known = memo.get(pos)
+        if known is not None and known[0] is buf:
+            storages.append(known[1])
+            continue
+        storage = backend.storage(buf)
+        if pos not in arguments:  # an argument's buffer: the memo would keep it alive
+            memo[pos] = (buf, storage)
+        storages.append(storage)
+    readers = Counter(map(id, storages))  # (a decode step donates ~50 of ~270 inputs)
     in_place = frozenset(
         pos for pos in donated
-        if storages[pos] is buffers[pos] and ids.count(ids[pos]) == 1
+        if storages[pos] is buffers[pos] and readers[id(buffers[pos])] == 1
     )
     return in_place, {pos: storages[pos] for pos in in_place}
 

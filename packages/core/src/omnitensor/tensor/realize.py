@@ -215,7 +215,7 @@ def realize_refs(refs: Sequence[Ref]) -> None:
         )
     nodes: dict[int, Node] = {}
     for node, _ in refs:
-        if not node.is_leaf:
+        if node.op is not None:  # (not `is_leaf`: this runs for every input of every call)
             nodes.setdefault(id(node), node)
     if not nodes:
         return
