@@ -42,8 +42,6 @@ intrinsic: Any = _intrinsic
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _LANES: Final = 8
-import os
-PREFETCH = int(os.environ.get("PF", "0"))
 
 
 def _lanes(builder: Any, vec: Any, lo: int, count: int) -> Any:
@@ -125,12 +123,6 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                                      align=1)
                     qw = builder.sext(q, wide)
                 dq = builder.load(builder.gep(d_row, [b]))
-                if PREFETCH:
-                    mod = builder.module
-                    i8p = ir.IntType(8).as_pointer()
-                    fn = mod.globals.get("llvm.prefetch.p0i8") or ir.Function(mod, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
-                    ahead = builder.gep(q_row, [builder.add(builder.ashr(at, ir.Constant(at.type, 1)) if nibbles else at, ir.Constant(at.type, PREFETCH))])
-                    builder.call(fn, [builder.bitcast(ahead, i8p), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
                 for x_row, xd_row, acc in zip(x_rows, xd_rows, accs, strict=True):
                     x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
                                                      ir.VectorType(_I16, size).as_pointer()),

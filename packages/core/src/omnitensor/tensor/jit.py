@@ -184,7 +184,8 @@ class _Trace:
     watched: list[tuple[int, list[Callable[[], Tensor | None]]]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.placed = [(pos, self.leaves[pos][0].placeholder or 0) for pos in sorted(self.arguments)]
+        self.placed = [(pos, self.leaves[pos][0].placeholder or 0)
+                       for pos in sorted(self.arguments)]
         self.watched = sorted(self.handles.items())
 
     def matches(self) -> bool:
