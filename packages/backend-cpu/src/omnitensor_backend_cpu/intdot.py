@@ -43,6 +43,22 @@ intrinsic: Any = _intrinsic
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _LANES: Final = 8
 
+#: Bytes ahead of the block being read that each block prefetches in its weight row (rows are
+#: contiguous, so this runs on into the next rows). The hardware prefetcher alone kept too few
+#: lines in flight: a 4864 x 896 int8 product from DRAM on 2 threads took 202-231 us without,
+#: 164-190 us with 1-8 KB ahead (interleaved medians, 28-30 against 21-24 GB/s).
+_PREFETCH_BYTES: Final = 2048
+
+
+def _prefetch(builder: Any, address: Any) -> None:
+    """A read prefetch of `address` into every cache level (a hint: it never faults)."""
+    i8p = _I8.as_pointer()
+    module = builder.module
+    fn = module.globals.get("llvm.prefetch.p0i8") or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
+    builder.call(fn, [builder.bitcast(address, i8p), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                      ir.Constant(_I32, 1)])
+
 
 def _lanes(builder: Any, vec: Any, lo: int, count: int) -> Any:
     return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
@@ -122,6 +138,9 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                                                      ir.VectorType(_I8, size).as_pointer()),
                                      align=1)
                     qw = builder.sext(q, wide)
+                first = builder.ashr(at, ir.Constant(at.type, 1)) if nibbles else at
+                _prefetch(builder, builder.gep(q_row, [
+                    builder.add(first, ir.Constant(at.type, _PREFETCH_BYTES))]))
                 dq = builder.load(builder.gep(d_row, [b]))
                 for x_row, xd_row, acc in zip(x_rows, xd_rows, accs, strict=True):
                     x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
