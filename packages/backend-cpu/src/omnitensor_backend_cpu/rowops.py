@@ -219,7 +219,7 @@ def _norm64(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: flo
 
 
 def _rows(x: Array, cols: int) -> Array:
-    return np.ascontiguousarray(x).reshape(-1, cols)
+    return (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1, cols)
 
 
 def softmax(x: Array, out: Array, *, log: bool = False) -> None:
@@ -246,11 +246,21 @@ def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: f
     xs = _rows(x, cols)
     dst = out.reshape(xs.shape)
     flags = (weight is not None) | (bias is not None) << 1
-    w = np.ascontiguousarray(weight, x.dtype).reshape(cols) if weight is not None else xs[0]
-    b = np.ascontiguousarray(bias, x.dtype).reshape(cols) if bias is not None else xs[0]
+    w = _vector(weight, x.dtype, cols) if weight is not None else xs[0]
+    b = _vector(bias, x.dtype, cols) if bias is not None else xs[0]
     kernel = _norm32 if x.dtype == np.float32 else _norm64
+    if xs.size < pool.MIN_SPLIT:  # (a decode step's (1, 896): no split, no closure)
+        kernel(xs, w, b, dst, centre, flags, eps)
+        return
     pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], w, b, dst[lo:hi], centre,
                                                          flags, eps), work=xs.size)
+
+
+def _vector(values: Array, dtype: Any, cols: int) -> Array:
+    """`values` as a C-contiguous vector of `cols` elements of `dtype` (a view when it is)."""
+    if values.dtype == dtype and values.flags.c_contiguous:
+        return values.reshape(cols)
+    return np.ascontiguousarray(values, dtype).reshape(cols)
 
 
 def layer_norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,
