@@ -14,6 +14,7 @@ every value, as the reference does). Grouped-query heads read their shared KV he
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Final
 
@@ -302,8 +303,14 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
     """`mask` broadcast to `shape` (a strided view, no copy), or a stand-in of that shape."""
     if mask is None:
-        return np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), shape), False
+        return _stand_in(shape, np.dtype(dtype)), False
     return np.broadcast_to(np.asarray(mask, dtype), shape), True
+
+
+@functools.lru_cache(maxsize=64)
+def _stand_in(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+    """A read-only zero of `shape` (made once per shape: `broadcast_to` costs ~4 us a call)."""
+    return np.broadcast_to(np.zeros((1,) * len(shape), dtype), shape)
 
 
 def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
@@ -348,6 +355,9 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     parts = pool.parts(n_b * n_h, work >> 1)
     if parts > 1 and q.dtype == np.float32:
         _sdpa32_split(*args, parts)
+        return
+    if work >> 4 < pool.MIN_SPLIT:  # (decode at a short context: no closure, no pool)
+        kernel(*args, 0, n_b * n_h)
         return
     # NOTE: one task per (batch, head); a task's multiply-adds count 1/16 of an element.
     pool.parallel_for(n_b * n_h, lambda lo, hi: kernel(*args, lo, hi), work=work >> 4)
