@@ -112,5 +112,8 @@ def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None
     flat_out = out.reshape(-1)
     gated = up is not None
     kernel = _act32 if x.dtype == np.float32 else _act64_all
+    if flat_x.size < pool.MIN_SPLIT:  # (a decode step's (1, 4864): no split, no closure)
+        kernel(flat_x, flat_up, flat_out, mode, gated)
+        return
     pool.parallel_for(flat_x.size, lambda lo, hi: kernel(
         flat_x[lo:hi], flat_up[lo:hi], flat_out[lo:hi], mode, gated), grain=64)
