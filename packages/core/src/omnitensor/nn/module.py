@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import OmnitensorError, ShapeError
 from ..ir.program import Role
+from ..tensor.graph import rebind
 from ..tensor.tensor import Tensor, as_tensor
 
 __all__ = ["IncompatibleKeys", "Module", "Parameter"]
@@ -43,7 +44,7 @@ class IncompatibleKeys(NamedTuple):
 
 def assign(handle: Tensor, value: Tensor) -> None:
     """Rebind `handle` to `value` in place, keeping its autograd leaf (optimizer updates)."""
-    handle._node, handle._index = value._node, value._index
+    rebind(handle, value._node, value._index)
 
 
 class Module:

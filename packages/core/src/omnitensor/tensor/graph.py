@@ -117,6 +117,18 @@ _aliases: dict[int, weakref.WeakSet[Node]] = {}
 _prune_at = 256
 
 
+#: How many times a tensor handle has been pointed at another value (`rebind`). A compiled
+#: call resolves the tensors it captured (a model's weights) again only when this moved.
+rebinds = 0
+
+
+def rebind(handle: Any, node: Node, index: int) -> None:
+    """Point the tensor `handle` at value `index` of `node` (every rebinding goes here)."""
+    global rebinds
+    handle._node, handle._index = node, index
+    rebinds += 1
+
+
 def _track_aliases(node: Node) -> None:
     """Register `node` under the storages of those of its buffers that are views."""
     global _prune_at

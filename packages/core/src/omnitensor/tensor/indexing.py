@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import IndexOutOfRangeError, TraceError, UnsupportedError
+from .graph import rebind
 from .math import broadcast_shapes
 from .realize import tracing
 
@@ -307,7 +308,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
 
     if isinstance(key, Tensor) and key.dtype.is_bool and key.shape == x.shape:
         result = where(key, value, x).astype(x.dtype)
-        x._node, x._index = result._node, result._index
+        rebind(x, result._node, result._index)
         x._grad_fn = result._grad_fn  # the rebound value's gradient history
         return
     items = _expand(key, x.ndim)
@@ -342,7 +343,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         mask = np.zeros(x.size, dtype=np.bool_)
         mask[flat_pos] = True
         result = where(as_tensor(mask), scattered, x.reshape(-1)).reshape(x.shape)
-    x._node, x._index = result._node, result._index
+    rebind(x, result._node, result._index)
     x._grad_fn = result._grad_fn  # the rebound value's gradient history
 
 

@@ -22,7 +22,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from ..backend.contract import Backend
 from ..errors import OmnitensorError, TraceError
 from ..ir.types import TensorType
-from .graph import Node, Ref, aliases_of, capture
+from . import graph
+from .graph import Node, Ref, aliases_of, capture, rebind
 from .realize import (
     compile_plan,
     leaf_buffers,
@@ -183,7 +184,15 @@ class _Trace:
     placed: list[tuple[int, int]] = field(init=False)
     watched: list[tuple[int, list[Callable[[], Tensor | None]]]] = field(init=False)
 
+    #: the captured tensors' values as last looked up, and `graph.rebinds` then
+    resolved: list[Ref] | None = None
+    resolved_at: int = -1
+    #: every source is a tensor handle (no gradient of one): `resolved` may be reused
+    only_handles: bool = field(init=False)
+
     def __post_init__(self) -> None:
+        self.only_handles = not any(isinstance(source, _GradOf)
+                                    for sources in self.handles.values() for source in sources)
         self.placed = [(pos, self.leaves[pos][0].placeholder or 0)
                        for pos in sorted(self.arguments)]
         self.watched = sorted(self.handles.items())
@@ -320,7 +329,7 @@ class CompiledFunction(Generic[P, R]):
             handle = ref()
             if handle is not None and any(ref is r for r in rebound):
                 # the call itself rebinds it after running; until then it holds its old value
-                handle._node, handle._index = first
+                rebind(handle, *first)
         cap = capture(roots, name=getattr(self.fn, "__name__", "compiled"))
         chosen = backend or pick_backend(roots)
         stats.cache_misses += 1
@@ -347,20 +356,28 @@ class CompiledFunction(Generic[P, R]):
                       arguments=arguments)
 
     def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> tuple[list[Ref], list[Any]]:
-        refs: list[Ref] = list(trace.leaves)
+        # NOTE: the captured tensors' current values, looked up again only when some handle
+        # was rebound since the last call (a decode step captures ~220 weights, which
+        # nothing rebinds); a gradient source can change without a rebinding: always looked up
+        if trace.resolved_at == graph.rebinds and trace.resolved is not None:
+            refs = list(trace.resolved)
+        else:
+            refs = list(trace.leaves)
+            for pos, sources in trace.watched:
+                node, index = refs[pos]
+                for source in sources:
+                    handle = source()
+                    if handle is None:
+                        continue
+                    if handle._node is node and handle._index == index:  # not rebound
+                        break
+                    if handle._node.types[handle._index] == node.types[index]:
+                        refs[pos] = (handle._node, handle._index)
+                        break
+            if trace.only_handles:
+                trace.resolved, trace.resolved_at = list(refs), graph.rebinds
         for pos, placeholder in trace.placed:
             refs[pos] = arg_leaves[placeholder]._ref()
-        for pos, sources in trace.watched:
-            node, index = refs[pos]
-            for source in sources:
-                handle = source()
-                if handle is None:
-                    continue
-                if handle._node is node and handle._index == index:  # not rebound (weights)
-                    break
-                if handle._node.types[handle._index] == node.types[index]:
-                    refs[pos] = (handle._node, handle._index)
-                    break
         realize_refs(refs)
         return refs, leaf_buffers(refs, trace.backend)
 
@@ -390,7 +407,7 @@ class CompiledFunction(Generic[P, R]):
             if handle is not None:
                 node = Node.from_buffer(buf, value.type, trace.backend)
                 node.role = handle._node.role  # a parameter stays a parameter (hoisting)
-                handle._node, handle._index = node, 0
+                rebind(handle, node, 0)
         start = trace.n_outputs + n_rebound
         for ref, buf, value in zip(trace.grads_set, outputs[start:], values[start:],
                                    strict=True):

@@ -24,7 +24,7 @@ from . import linalg as _linalg
 from . import math as _math
 from . import reduce as _reduce
 from . import shape as _shape
-from .graph import Node, Ref, record
+from .graph import Node, Ref, rebind, record
 from .realize import realize_refs, tracing
 
 __all__ = ["AutogradHooks", "Scalar", "Tensor", "TensorLike", "as_tensor", "realize",
@@ -84,7 +84,7 @@ class Tensor:
         """
         if value.type != self.type:
             raise ShapeError(f"assign: type {value.type} does not match {self.type}")
-        self._node, self._index = value._node, value._index
+        rebind(self, value._node, value._index)
         return self
 
     def mark_parameter(self, name: str) -> Tensor:
