@@ -12,7 +12,7 @@ from omnitensor.ir import quant_blocks
 from omnitensor.ir.builder import Builder
 from omnitensor.ir.interpret import evaluate
 from omnitensor.ir.types import QTensorType, TensorType
-from omnitensor_backend_cpu import plugin, quant
+from omnitensor_backend_cpu import plugin, pool, quant, threads
 from omnitensor_backend_cpu.backend import CpuBackend
 
 FORMATS = ["q8_0", "q4_0", "q4_k", "q6_k"]
@@ -55,10 +55,10 @@ def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: 
     assert_qmatmul_close(got, want)
 
 
-def test_large_qmatmul_uses_the_parallel_kernel_and_agrees() -> None:
+def test_large_qmatmul_split_over_threads_agrees() -> None:
     rng = np.random.default_rng(2)
     n, k = 4096, 4096
-    assert n * k >= quant.PARALLEL_THRESHOLD
+    assert pool.parts(n, 2 * n * k, grain=16) == threads.count() > 1 or threads.count() == 1
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), "q4_k")
     packed = quant.pack(blocks, "q4_k", (n, k))
     x = rng.normal(size=(2, k)).astype(np.float32)
@@ -79,3 +79,22 @@ def test_4_bit_weights_stay_4_bit(fmt: str) -> None:
     held = packed.nibbles.nbytes + packed.d.nbytes + (0 if packed.mins is None
                                                       else packed.mins.nbytes)
     assert held <= 1.6 * blocks.nbytes
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("m", [1, 5])
+def test_non_finite_activations_propagate_as_in_the_reference(fmt: str, m: int) -> None:
+    # the integer kernels cannot carry NaN or inf: such rows take the float kernels
+    rng = np.random.default_rng(7)
+    n, k = 48, 512
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
+    packed = quant.pack(blocks, fmt, (n, k))
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    x[0, 3] = np.nan
+    x[-1, 100] = np.inf if m > 1 else np.nan
+    out = np.empty((m, n), np.float32)
+    with np.errstate(all="ignore"):  # as plans run their steps
+        quant.qmatmul(x, packed, out)
+        want = x @ quant_blocks.dequantize(blocks, fmt).T
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(want))

@@ -28,7 +28,7 @@ from numba.extending import intrinsic as _intrinsic
 from . import pool
 from ._compat import jit, prange
 
-__all__ = ["SHIFTS", "dot_rows", "quantize_rows", "run"]
+__all__ = ["SHIFTS", "quantize_rows", "run"]
 
 Array = np.ndarray[Any, Any]
 
@@ -195,9 +195,11 @@ def quantize_rows(x: Any, xq: Any, xd: Any, shift: int) -> bool:
     for m in range(m_rows):
         for b in range(k >> shift):
             amax = np.float32(0.0)
+            probe = np.float32(0.0)  # NaN once a NaN or an infinity was seen (v * 0)
             for j in range(b * size, b * size + size):
-                amax = max(amax, abs(x[m, j]))
-            if not amax < np.float32(np.inf):  # NaN or inf
+                amax = max(amax, abs(x[m, j]))  # (max drops a NaN: hence the probe)
+                probe += x[m, j] * np.float32(0.0)
+            if not (amax < np.float32(np.inf) and probe == np.float32(0.0)):
                 return False
             scale = amax / np.float32(32767.0)
             xd[m, b] = scale
@@ -243,53 +245,83 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
             m += 1
 
 
-@jit()
-def _rows32(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-            hi: int) -> None:
-    _rows(xq, xd, qs, d, mins, xsum, out, lo, hi, 5)
+@jit(inline=True)
+def _quantize(x: Any, shift: int, offsets: int) -> tuple[Any, Any, Any, bool]:
+    """(xq, xd, xsum, finite): x quantized per sub-block, with the sums of its sub-blocks.
 
-
-@jit()
-def _rows16(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-            hi: int) -> None:
-    _rows(xq, xd, qs, d, mins, xsum, out, lo, hi, 4)
-
-
-@jit(parallel=True)
-def _rows32_split(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                  parts: int) -> None:
-    n = qs.shape[0]
-    step = -(-n // parts)
-    for t in prange(parts):
-        _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5)
-
-
-@jit(parallel=True)
-def _rows16_split(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                  parts: int) -> None:
-    n = qs.shape[0]
-    step = -(-n // parts)
-    for t in prange(parts):
-        _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 4)
-
-
-def dot_rows(shift: int) -> Any:
-    """The serial kernel ``(xq, xd, qs, d, mins, xsum, out, lo, hi)`` for sub-block `shift`."""
-    return _rows32 if shift == 5 else _rows16
-
-
-def run(xq: Array, xd: Array, qs: Array, d: Array, mins: Array, xsum: Array, out: Array,
-        shift: int) -> None:
-    """Out (M, N) from quantized rows (`quantize_rows`), split over threads when it pays.
-
-    `qs` is int8 (N, K), or uint8 (N, K / 2) 4-bit weights (`quant.Packed.nibbles`, shift 5).
+    With `offsets` (the weight's offsets per sub-block: 0, or K >> shift) xsum holds the exact
+    integer sum of each quantized sub-block times its scale, so that an offset meets the same
+    x as the products: (q - m) x rounds as a whole, not q x alone.
     """
-    n, k = qs.shape[0], xq.shape[1]
-    parts = pool.parts(n, xq.shape[0] * n * k, grain=16)
+    m_rows, k = x.shape
+    xq = np.empty((m_rows, k), np.int16)
+    xd = np.empty((m_rows, k >> shift), np.float32)
+    xsum = np.empty((m_rows, offsets), np.float32)
+    if not quantize_rows(x, xq, xd, shift):
+        return xq, xd, xsum, False
+    size = 1 << shift
+    for m in range(m_rows):
+        for b in range(offsets):
+            total = np.int32(0)
+            for j in range(b * size, b * size + size):
+                total += np.int32(xq[m, j])
+            xsum[m, b] = np.float32(total) * xd[m, b]
+    return xq, xd, xsum, True
+
+
+@jit()
+def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 5, mins.shape[1])
+    if finite:
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5)
+    return bool(finite)
+
+
+@jit()
+def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 4, mins.shape[1])
+    if finite:
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 4)
+    return bool(finite)
+
+
+@jit(parallel=True)
+def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 5, mins.shape[1])
+    if finite:
+        n = qs.shape[0]
+        step = -(-n // parts)
+        for t in prange(parts):
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5)
+    return bool(finite)
+
+
+@jit(parallel=True)
+def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 4, mins.shape[1])
+    if finite:
+        n = qs.shape[0]
+        step = -(-n // parts)
+        for t in prange(parts):
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 4)
+    return bool(finite)
+
+
+def run(x: Array, qs: Array, d: Array, mins: Array, out: Array, shift: int) -> bool:
+    """Out (M, N) = x (M, K) float32 times the weight, by integer dot products.
+
+    One compiled call quantizes x per sub-block (`quantize_rows`) and multiplies, split over
+    threads when it pays (a decode step makes ~170 of these calls: a second call per product
+    cost more than the quantization). `qs` is int8 (N, K), or uint8 (N, K / 2) 4-bit weights
+    (`quant.Packed.nibbles`, shift 5); `mins` the offsets per sub-block, or (N, 0).
+
+    Returns:
+        False, with nothing written, when x holds a NaN or an infinity.
+    """
+    n, k = qs.shape[0], x.shape[1]
+    parts = pool.parts(n, x.shape[0] * n * k, grain=16)
     if parts > 1:
-        split = _rows32_split if shift == 5 else _rows16_split
-        split(xq, xd, qs, d, mins, xsum, out, parts)
-    else:
-        dot_rows(shift)(xq, xd, qs, d, mins, xsum, out, 0, n)
-
-
+        split = _product32_split if shift == 5 else _product16_split
+        return bool(split(x, qs, d, mins, out, parts))
+    serial = _product32 if shift == 5 else _product16
+    return bool(serial(x, qs, d, mins, out))

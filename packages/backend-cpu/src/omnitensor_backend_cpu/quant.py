@@ -37,13 +37,6 @@ Array = np.ndarray[Any, Any]
 #: Formats with a kernel of their own (the other ggml formats are repacked by `quant_more`).
 FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"}) | MORE_FORMATS
 
-#: Weight elements (N x K) from which a product is split over threads. High on purpose: on a
-#: shared 2-core machine a split matrix-vector product waits for descheduled threads (a
-#: 4864 x 896 product: 32 ms split over 2 threads, under 2 ms on one), so only products as
-#: large as an LM head are split.
-PARALLEL_THRESHOLD: Final = 1 << 24
-
-
 #: Formats whose repacked quants (0..15, after Q4_0's ``+ 8``) are stored two per byte.
 #: NOTE: the 5-bit formats (Q5_0, Q5_1, Q5_K) stay one byte per weight on purpose. Stored as
 #: these nibbles plus a plane of fifth bits (0.875 bytes per weight with scales, not 1.25),
@@ -218,22 +211,8 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     return packed
 
 
-# NOTE: every kernel takes the range [lo, hi) of output rows (weight rows) it computes, so
-# `pool.parallel_for` splits a large product over threads with one compiled version of it.
-
-
-@jit()
-def _q8_rows(x: Any, qs: Any, d: Any, out: Any, lo: int, hi: int) -> None:
-    # One long reduction per output row with the block scale applied per element (reassoc lets
-    # LLVM keep 16-wide partial sums): the int8 row streams at memory speed, unlike a short
-    # reduction per 32-element block.
-    m_rows, k = x.shape
-    for n in range(lo, hi):
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            for j in range(k):
-                acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> 5])
-            out[m, n] = acc
+# NOTE: the float32 kernel of a layout the integer kernels do not cover (no format has one
+# today); the scale is applied per element, one long reduction per output row.
 
 
 @jit(inline=True)
@@ -248,17 +227,6 @@ def _qs_row(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, n: int, shi
         out[m, n] = acc
 
 
-# NOTE: one kernel per sub-block size: with the shift a compile-time constant the scale index
-# vectorizes (as a runtime value it made Q4_K/Q6_K ten times slower than Q8_0).
-
-
-@jit()
-def _qs_rows32(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-               hi: int) -> None:
-    for n in range(lo, hi):
-        _qs_row(x, qs, d, mins, xsum, out, n, 5)
-
-
 @jit()
 def _qs_rows_any(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
                  shift: int) -> None:
@@ -266,65 +234,7 @@ def _qs_rows_any(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: in
         _qs_row(x, qs, d, mins, xsum, out, n, shift)
 
 
-@jit()
-def _qs_rows16(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-               hi: int) -> None:
-    for n in range(lo, hi):
-        _qs_row(x, qs, d, mins, xsum, out, n, 4)
-
-
 _NO_MINS: Final = np.zeros((1, 0), np.float32)
-
-# --- several activation rows ---------------------------------------------------------------------
-# NOTE: the one-row kernels convert and scale every weight once per activation row, so a batch
-# of 8 rows cost 8x one row and a server decoding 8 sequences together gained nothing. Here each
-# weight is converted once for four rows (four accumulators, still a pure reduction: numba does
-# not vectorize a loop that stores a dequantized row, so the weight is never written out). From
-# `BLAS_MIN_ROWS` rows (a prompt) tiles of the weight are dequantized by numpy and multiplied
-# by BLAS, which amortizes the conversion over every row.
-
-
-@jit(inline=True)
-def _four_rows(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, n: int,
-               shift: int) -> None:
-    m_rows, k = x.shape
-    m = 0
-    while m + 4 <= m_rows:
-        a0 = np.float32(0.0)
-        a1 = np.float32(0.0)
-        a2 = np.float32(0.0)
-        a3 = np.float32(0.0)
-        for j in range(k):
-            w = np.float32(qs[n, j]) * d[n, j >> shift]
-            a0 += x[m, j] * w
-            a1 += x[m + 1, j] * w
-            a2 += x[m + 2, j] * w
-            a3 += x[m + 3, j] * w
-        intdot.store4(out, mins, xsum, m, n, a0, a1, a2, a3)
-        m += 4
-    while m < m_rows:
-        acc = np.float32(0.0)
-        for j in range(k):
-            acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
-        for b in range(mins.shape[1]):
-            acc -= xsum[m, b] * mins[n, b]
-        out[m, n] = acc
-        m += 1
-
-
-@jit()
-def _few_rows32(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-                hi: int) -> None:
-    for n in range(lo, hi):
-        _four_rows(x, qs, d, mins, xsum, out, n, 5)
-
-
-@jit()
-def _few_rows16(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-                hi: int) -> None:
-    for n in range(lo, hi):
-        _four_rows(x, qs, d, mins, xsum, out, n, 4)
-
 
 #: Activation rows from which a product dequantizes tiles of the weight for BLAS.
 BLAS_MIN_ROWS: Final = 32
@@ -354,62 +264,37 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
 
 def _integer(x: Array, packed: Packed, mins: Array, out: Array) -> bool:
     """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
-    m_rows, k = x.shape
-    shift = packed.shift
-    xq = np.empty((m_rows, k), np.int16)
-    xd = np.empty((m_rows, k >> shift), np.float32)
-    if not intdot.quantize_rows(x, xq, xd, shift):
-        return False
-    xsum = _NO_MINS
-    if mins.shape[1]:
-        # the offsets' sums of the quantized activation (exact integer sums), so that the
-        # offset and the products see the same x: (q - m) x rounds as a whole, not q x alone
-        xsum = np.multiply(xq.reshape(m_rows, mins.shape[1], -1).sum(axis=-1, dtype=np.int32),
-                           xd, dtype=np.float32)
     quants = packed.qs if packed.nibbles is None else packed.nibbles
-    intdot.run(xq, xd, quants, packed.d, mins, xsum, out, shift)
-    return True
+    return intdot.run(np.ascontiguousarray(x), quants, packed.d, mins, out, packed.shift)
 
 
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32.
 
     Up to `BLAS_MIN_ROWS` activation rows are quantized to int16 per sub-block and multiplied
-    by integer dot products (`intdot`, within the op's declared NMSE budget); rows holding a
-    NaN or infinity, and odd sub-block layouts, take the float32 kernels.
+    by integer dot products (`intdot`, within the op's declared NMSE budget); more rows, and
+    rows holding a NaN or an infinity, multiply dequantized tiles of the weight by BLAS.
     """
     n, k = packed.shape
     m_rows = x.shape[0]
     d, shift = packed.d, packed.shift
     mins = _NO_MINS if packed.mins is None else packed.mins
-    if (m_rows < BLAS_MIN_ROWS and shift in intdot.SHIFTS and x.dtype == np.float32
-            and mins.shape[1] in (0, d.shape[1]) and _integer(x, packed, mins, out)):
+    blocked = shift in intdot.SHIFTS and mins.shape[1] in (0, d.shape[1])
+    if (blocked and m_rows < BLAS_MIN_ROWS and x.dtype == np.float32
+            and _integer(x, packed, mins, out)):
         return
-    if m_rows >= BLAS_MIN_ROWS and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
+    if blocked:
+        # NOTE: also the rows holding a NaN or an infinity, which the integer kernels cannot
+        # carry: dequantized first, as the reference does (through the offsets' sums an
+        # infinity would meet itself, inf - inf = NaN, where the reference gives inf).
         _many_rows(x, packed, out)
         return
+    # (no format has another sub-block layout today: general, and slow)
     xsum = _NO_MINS
     if mins.shape[1]:
-        # NOTE: the offsets meet the activation only through its sub-block sums.
-        # (per sub-block of 32, or 16 for Q2_K)
         xsum = np.ascontiguousarray(x.reshape(m_rows, mins.shape[1], -1).sum(axis=-1))
-    qs = packed.qs  # the float kernels (non-finite rows): nibbles unpacked for this call
-    if m_rows > 1 and shift in (4, 5) and mins.shape[1] in (0, d.shape[1]):
-        few = _few_rows32 if shift == 5 else _few_rows16
-        pool.parallel_for(n, lambda lo, hi: few(x, qs, d, mins, xsum, out, lo, hi),
-                          work=(m_rows * n * k) >> 9, grain=16)
-        return
-    work = (n * k) >> (24 - 17)  # split only products of PARALLEL_THRESHOLD weights and more
-    if packed.format == "q8_0":
-        pool.parallel_for(n, lambda lo, hi: _q8_rows(x, qs, d, out, lo, hi), work=work,
-                          grain=16)
-    elif shift in (4, 5):
-        kernel = _qs_rows32 if shift == 5 else _qs_rows16
-        pool.parallel_for(n, lambda lo, hi: kernel(x, qs, d, mins, xsum, out, lo, hi),
-                          work=work, grain=16)
-    else:
-        pool.parallel_for(n, lambda lo, hi: _qs_rows_any(x, qs, d, mins, xsum, out, lo, hi,
-                                                         shift), work=work, grain=16)
+    _qs_rows_any(x, packed.qs, d, mins, xsum, out, 0, n, shift)
+
 
 
 @jit(inline=True)
