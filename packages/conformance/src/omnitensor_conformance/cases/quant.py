@@ -57,6 +57,14 @@ def _dequantize(dtype: DType) -> Iterator[Sample]:
         yield sample(fmt, [q], lambda b, x, f=fmt: b.emit("dequantize", x, format=f, dtype=dtype))
 
 
+def non_finite(rng: np.random.Generator, type: Any) -> Any:
+    """Normal activations with a NaN in the first row and +inf, -inf in the last."""
+    x = rng.standard_normal(type.shape).astype(type.dtype.np)
+    x[0, 1] = np.nan
+    x[-1, 2], x[-1, 5] = np.inf, -np.inf
+    return x
+
+
 @cases("qmatmul")
 def _qmatmul(dtype: DType) -> Iterator[Sample]:
     for fmt in QTENSOR_FORMATS:
@@ -65,6 +73,11 @@ def _qmatmul(dtype: DType) -> Iterator[Sample]:
         x = Arg(TensorType((3, 2 * block), dtype))
         yield sample(fmt, [x, w], lambda b, a, q, f=fmt: b.emit("qmatmul", a, q, format=f),
                      check="nmse")
+        # NaN and infinities propagate as through dequantize-then-matmul (a kernel that
+        # quantizes the activation or uses the weight's offsets must notice them)
+        odd = Arg(TensorType((4, 2 * block), dtype), non_finite)
+        yield sample(f"{fmt}_non_finite", [odd, w],
+                     lambda b, a, q, f=fmt: b.emit("qmatmul", a, q, format=f), check="nmse")
         big = Arg(QTensorType(fmt, (1024, 4096)), blocks)
         yield sample(f"perf_{fmt}", [Arg(TensorType((8, 4096), dtype)), big],
                      lambda b, a, q, f=fmt: b.emit("qmatmul", a, q, format=f), perf=True,
