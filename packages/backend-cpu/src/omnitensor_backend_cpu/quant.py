@@ -68,6 +68,8 @@ class Packed:
     def __init__(self, qs: Array | None, d: Array, *, format: str = "q8_0", shift: int = 5,
                  mins: Array | None = None, nibbles: Array | None = None) -> None:
         assert (qs is None) != (nibbles is None)
+        # the only layouts the kernels take (every format's repacking makes one of them)
+        assert shift in intdot.SHIFTS and (mins is None or mins.shape == d.shape)
         self._qs = qs
         self.nibbles = nibbles
         self.d = d
@@ -82,6 +84,11 @@ class Packed:
             return self._qs.shape  # type: ignore[no-any-return]
         assert self.nibbles is not None
         return self.nibbles.shape[0], self.nibbles.shape[1] * 2
+
+    @property
+    def stored(self) -> Array:
+        """The quants as stored: int8 `qs`, or the 4-bit `nibbles`."""
+        return self._qs if self._qs is not None else self.nibbles  # type: ignore[return-value]
 
     @property
     def qs(self) -> Array:
@@ -211,29 +218,6 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     return packed
 
 
-# NOTE: the float32 kernel of a layout the integer kernels do not cover (no format has one
-# today); the scale is applied per element, one long reduction per output row.
-
-
-@jit(inline=True)
-def _qs_row(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, n: int, shift: int) -> None:
-    m_rows, k = x.shape
-    for m in range(m_rows):
-        acc = np.float32(0.0)
-        for j in range(k):
-            acc += x[m, j] * (np.float32(qs[n, j]) * d[n, j >> shift])
-        for b in range(mins.shape[1]):
-            acc -= xsum[m, b] * mins[n, b]
-        out[m, n] = acc
-
-
-@jit()
-def _qs_rows_any(x: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
-                 shift: int) -> None:
-    for n in range(lo, hi):
-        _qs_row(x, qs, d, mins, xsum, out, n, shift)
-
-
 _NO_MINS: Final = np.zeros((1, 0), np.float32)
 
 #: Activation rows from which a product dequantizes tiles of the weight for BLAS.
@@ -250,7 +234,7 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
     tile = max(16, min(n, _TILE_BYTES // (4 * k)))
     scratch = np.empty((tile, k), np.float32)
     mins = _NO_MINS if packed.mins is None else packed.mins  # one per scale sub-block
-    quants = packed.qs if packed.nibbles is None else packed.nibbles
+    quants = packed.stored
     dequantize = _dequantize_nibbles if packed.nibbles is not None else (
         _dequantize32 if packed.shift == 5 else _dequantize16)
     threads.blas_for(2.0 * x.shape[0] * n * k)
@@ -311,8 +295,7 @@ def _dequantize_nibbles(nibbles: Any, d: Any, mins: Any, lo: int, out: Any, firs
 
 def _integer(x: Array, packed: Packed, mins: Array, out: Array) -> bool:
     """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
-    quants = packed.qs if packed.nibbles is None else packed.nibbles
-    return intdot.run(np.ascontiguousarray(x), quants, packed.d, mins, out, packed.shift)
+    return intdot.run(np.ascontiguousarray(x), packed.stored, packed.d, mins, out, packed.shift)
 
 
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
@@ -322,26 +305,14 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     by integer dot products (`intdot`, within the op's declared NMSE budget); more rows, and
     rows holding a NaN or an infinity, multiply dequantized tiles of the weight by BLAS.
     """
-    n, k = packed.shape
     m_rows = x.shape[0]
-    d, shift = packed.d, packed.shift
     mins = _NO_MINS if packed.mins is None else packed.mins
-    blocked = shift in intdot.SHIFTS and mins.shape[1] in (0, d.shape[1])
-    if (blocked and m_rows < BLAS_MIN_ROWS and x.dtype == np.float32
-            and _integer(x, packed, mins, out)):
+    if m_rows < BLAS_MIN_ROWS and x.dtype == np.float32 and _integer(x, packed, mins, out):
         return
-    if blocked:
-        # NOTE: also the rows holding a NaN or an infinity, which the integer kernels cannot
-        # carry: dequantized first, as the reference does (through the offsets' sums an
-        # infinity would meet itself, inf - inf = NaN, where the reference gives inf).
-        _many_rows(x, packed, out)
-        return
-    # (no format has another sub-block layout today: general, and slow)
-    xsum = _NO_MINS
-    if mins.shape[1]:
-        xsum = np.ascontiguousarray(x.reshape(m_rows, mins.shape[1], -1).sum(axis=-1))
-    _qs_rows_any(x, packed.qs, d, mins, xsum, out, 0, n, shift)
-
+    # NOTE: also the rows holding a NaN or an infinity, which the integer kernels cannot carry:
+    # dequantized first, as the reference does (through the offsets' sums an infinity would
+    # meet itself, inf - inf = NaN, where the reference gives inf).
+    _many_rows(x, packed, out)
 
 
 @jit(inline=True)

@@ -58,8 +58,10 @@ def _direct_step(inst: Instruction) -> Step | None:
 
         return transpose
     ufunc = _UFUNCS.get(inst.op)
+    if ufunc is None:
+        return None
     types = {v.type for v in (*inst.operands, *inst.results)}
-    if ufunc is None or len(types) != 1:
+    if len(types) != 1:
         return None
     (only,) = types
     if (not isinstance(only, TensorType) or not only.shape  # (numpy returns 0-d as scalars)

@@ -154,9 +154,6 @@ class _Signature:
         return isinstance(other, _Signature) and self.hash == other.hash \
             and self.value == other.value
 
-    def __getitem__(self, index: int) -> Any:
-        return self.value[index]
-
 
 @dataclass
 class _Trace:
@@ -286,7 +283,7 @@ class CompiledFunction(Generic[P, R]):
         self.traces += 1
         if self.traces > 1:  # expected once per shape bucket; INFO keeps decode loops quiet
             log.info("compile: retracing %s for a new signature %s",
-                        getattr(self.fn, "__name__", "function"), signature[1])
+                        getattr(self.fn, "__name__", "function"), signature.value[1])
         placeholders = []
         for i, t in enumerate(arg_leaves):
             node = Node(None, (), {}, (t.type,), t._node.backend)
