@@ -162,3 +162,27 @@ def test_rotary(interleaved: bool) -> None:
         a, b = x[..., :4], x[..., 4:]
         want = np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [1, 3])  # one entry: kv heads split; three: entries split
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_prefill_reads_strided_heads_on_two_threads(
+        batch: int, dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import pool, threads
+
+    monkeypatch.setattr(threads, "_COUNT", [2])
+    monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    rng = np.random.default_rng(5)
+    # (B, T, H, D) projections seen as (B, H, T, D), GQA 6 query heads over 2 kv heads
+    q = rng.normal(size=(batch, 40, 6, 16)).astype(dtype).transpose(0, 2, 1, 3)
+    k = rng.normal(size=(batch, 40, 2, 16)).astype(dtype).transpose(0, 2, 1, 3)
+    v = rng.normal(size=(batch, 40, 2, 16)).astype(dtype).transpose(0, 2, 1, 3)
+    out = np.empty((batch, 6, 40, 16), dtype)
+    attention.sdpa(q, k, v, out, scale=0.3, causal=True)
+    assert _rel(out, _attention(q, k, v, 0.3, np.tril(np.ones((40, 40), bool)))) < 1e-6
+    keep = rng.random((batch, 1, 1, 40)) > 0.3
+    attention.sdpa(q, k, v, out, scale=0.3, mask=keep, softcap=2.0)
+    s = 2.0 * np.tanh(np.einsum("bhtd,bhsd->bhts", q.astype(np.float64),
+                                np.repeat(k, 3, axis=1)) * 0.3 / 2.0)
+    s = np.where(keep, s, np.finfo(dtype).min)
+    assert _rel(out, np.einsum("bhts,bhsd->bhtd", _softmax(s), np.repeat(v, 3, axis=1))) < 1e-6

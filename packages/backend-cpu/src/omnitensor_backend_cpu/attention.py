@@ -23,7 +23,7 @@ import numpy as np
 from . import pool, threads
 from ._compat import jit, prange
 from .mathlib import exp32f, tanh32f
-from .rowops import _exp_sum32, _row_max32
+from .rowops import _softmax_row32
 
 __all__ = ["rotary", "sdpa"]
 
@@ -192,112 +192,120 @@ GEMM_MIN_QUERIES: Final = 16
 
 @jit()
 def _mask_softmax32(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-                    scale: float, softcap: float, has_add: bool, has_keep: bool, lo: int,
-                    hi: int) -> None:
-    # scores (B, H, T, S) in place: scale, soft cap, masks, then softmax over S per row.
-    n_h, t_len, s_len = scores.shape[1], scores.shape[2], scores.shape[3]
+                    scale: float, softcap: float, has_add: bool, has_keep: bool, b_lo: int,
+                    b_hi: int, h_lo: int, h_hi: int) -> None:
+    # scores (B, H, T, S) in place, batch entries [b_lo, b_hi) x heads [h_lo, h_hi): scale,
+    # soft cap, masks, then softmax over S per row.
+    t_len, s_len = scores.shape[2], scores.shape[3]
     lowest = np.float32(np.finfo(np.float32).min)
     sc = np.float32(scale)
     cap = np.float32(softcap)
     inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
-    lanes = np.empty(32, np.float32)  # the row helpers' scratch
-    for task in range(lo, hi):
-        b, rest = task // (n_h * t_len), task % (n_h * t_len)
-        h, t = rest // t_len, rest % t_len
-        row = scores[b, h, t]
-        limit = s_len
-        if causal:
-            limit = min(limit, qpos[t] + 1)
-        if kvlen >= 0:
-            limit = min(limit, kvlen)
-        if softcap > 0:
-            for s in range(s_len):
-                row[s] = cap * tanh32f(row[s] * sc * inv_cap)
-        elif scale != 1.0:
-            for s in range(s_len):
-                row[s] = row[s] * sc
-        if has_add:
-            add_row = add[b, h, t]
-            for s in range(s_len):
-                row[s] = row[s] + add_row[s]
-        for s in range(max(limit, 0), s_len):
-            row[s] = lowest
-        if has_keep:
-            keep_row = keep[b, h, t]
-            for s in range(s_len):
-                row[s] = row[s] if keep_row[s] else lowest
-        m = _row_max32(row, lanes)
-        inv = np.float32(1.0) / np.float32(_exp_sum32(row, m, row, True, lanes))
-        for s in range(s_len):
-            row[s] = row[s] * inv
+    for b in range(b_lo, b_hi):
+        for h in range(h_lo, h_hi):
+            for t in range(t_len):
+                row = scores[b, h, t]
+                limit = s_len
+                if causal:
+                    limit = min(limit, qpos[t] + 1)
+                if kvlen >= 0:
+                    limit = min(limit, kvlen)
+                if softcap > 0:
+                    for s in range(s_len):
+                        row[s] = cap * tanh32f(row[s] * sc * inv_cap)
+                elif scale != 1.0:
+                    for s in range(s_len):
+                        row[s] = row[s] * sc
+                if has_add:
+                    add_row = add[b, h, t]
+                    for s in range(s_len):
+                        row[s] = row[s] + add_row[s]
+                for s in range(max(limit, 0), s_len):
+                    row[s] = lowest
+                if has_keep:
+                    keep_row = keep[b, h, t]
+                    for s in range(s_len):
+                        row[s] = row[s] if keep_row[s] else lowest
+                _softmax_row32(row, row, True)
 
 
 @jit()
 def _mask_softmax64(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-                    scale: float, softcap: float, has_add: bool, has_keep: bool, lo: int,
-                    hi: int) -> None:
-    n_h, t_len, s_len = scores.shape[1], scores.shape[2], scores.shape[3]
+                    scale: float, softcap: float, has_add: bool, has_keep: bool, b_lo: int,
+                    b_hi: int, h_lo: int, h_hi: int) -> None:
+    t_len, s_len = scores.shape[2], scores.shape[3]
     lowest = np.finfo(np.float64).min
-    for task in range(lo, hi):
-        b, rest = task // (n_h * t_len), task % (n_h * t_len)
-        h, t = rest // t_len, rest % t_len
-        row = scores[b, h, t]
-        limit = s_len
-        if causal:
-            limit = min(limit, qpos[t] + 1)
-        if kvlen >= 0:
-            limit = min(limit, kvlen)
-        m = -np.inf
-        nan = False
-        add_row, keep_row = add[b, h, t], keep[b, h, t]
-        for s in range(s_len):
-            value = row[s] * scale
-            if softcap > 0:
-                value = softcap * math.tanh(value * (1.0 / softcap))
-            if has_add:
-                value = value + add_row[s]
-            if s >= limit or (has_keep and not keep_row[s]):
-                value = lowest
-            row[s] = value
-            nan |= value != value
-            m = value if value > m else m
-        _normalize64(row, m, nan)
+    for b in range(b_lo, b_hi):
+        for h in range(h_lo, h_hi):
+            for t in range(t_len):
+                row = scores[b, h, t]
+                limit = s_len
+                if causal:
+                    limit = min(limit, qpos[t] + 1)
+                if kvlen >= 0:
+                    limit = min(limit, kvlen)
+                m = -np.inf
+                nan = False
+                add_row, keep_row = add[b, h, t], keep[b, h, t]
+                for s in range(s_len):
+                    value = row[s] * scale
+                    if softcap > 0:
+                        value = softcap * math.tanh(value * (1.0 / softcap))
+                    if has_add:
+                        value = value + add_row[s]
+                    if s >= limit or (has_keep and not keep_row[s]):
+                        value = lowest
+                    row[s] = value
+                    nan |= value != value
+                    m = value if value > m else m
+                _normalize64(row, m, nan)
 
 
 def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) -> None:
-    """Scores by BLAS products, masks and softmax fused in place, then P V, per batch range.
+    """Scores by BLAS products, masks and softmax fused in place, then P V.
 
-    The (batch, kv head) pairs are split over the pool's threads, each running single-threaded
-    BLAS on its own pairs: one product per pair is small (2 * 128 * 128 * 64 flops for an
-    encoder head), and a small product split over two BLAS threads on a busy machine waits for
-    the descheduled one (the whole batch took 3.7 s that way against 0.1 s here).
+    Query heads sharing a kv head are stacked into one product per (batch, kv head) pair.
+    Keys and values are read where they lie: numpy's matmul hands a strided (S, D) matrix whose
+    rows are contiguous to BLAS with its leading dimension, so a (B, S, H, D) cache seen as
+    (B, H, S, D) is not copied (the copies cost more than both products at encoder sizes).
+
+    The pairs are split over the pool's threads by batch entry (by kv head when the batch is
+    smaller than the thread count), each thread running single-threaded BLAS on its own pairs:
+    one product per pair is small (2 * 128 * 128 * 64 flops for an encoder head), and a small
+    product split over two BLAS threads on a busy machine waits for the descheduled one (the
+    whole batch took 3.7 s that way against 0.1 s here).
     """
     n_b, n_h, t_len, d = q.shape
     n_kv, s_len, dv = k.shape[1], k.shape[2], v.shape[3]
     g = n_h // n_kv
-    pairs, rows = n_b * n_kv, g * t_len
     # NOTE: without a soft cap the scale is applied to q (T x D values) rather than to the
-    # scores (T x S): one pass fewer over the scores, the same product up to rounding.
+    # scores (T x S): one pass fewer over the scores, the same product up to rounding. The
+    # scaled copy is C-contiguous, which stacking the heads of a kv head needs anyway.
     scale, softcap = args[5], args[6]
-    prescale = softcap == 0.0 and scale != 1.0
-    qs = (np.multiply(q, q.dtype.type(scale)) if prescale else np.ascontiguousarray(q)).reshape(
-        pairs, rows, d)  # heads sharing a kv head stacked
-    if prescale:
+    if softcap == 0.0 and scale != 1.0:
+        qs = np.multiply(q, q.dtype.type(scale), out=np.empty(q.shape, q.dtype))
         args = (*args[:5], 1.0, *args[6:])
-    ks = k.reshape(pairs, s_len, d)
-    vs = v.reshape(pairs, s_len, dv)
-    outs = out.reshape(pairs, rows, dv)
-    scores = np.empty((pairs, rows, s_len), q.dtype)
+    elif g > 1 and not q.flags.c_contiguous:
+        qs = np.ascontiguousarray(q)
+    else:
+        qs = q
+    qs = qs.reshape(n_b, n_kv, g * t_len, d)
+    outs = out.reshape(n_b, n_kv, g * t_len, dv)
+    scores = np.empty((n_b, n_kv, g * t_len, s_len), q.dtype)
     grid = scores.reshape(n_b, n_h, t_len, s_len)  # (B, Hq, T, S), the kernel's indexing
     kernel = _mask_softmax32 if q.dtype == np.float32 else _mask_softmax64
-    threads.blas_for(2.0 * rows * s_len * max(d, dv))  # one pair's product: one thread
+    threads.blas_for(2.0 * g * t_len * s_len * max(d, dv))  # one pair's product: one thread
+    keys = np.swapaxes(k, -1, -2)
+    by_batch = n_b >= pool.parts(n_b * n_kv, scores.size * max(d, 8))
 
     def body(lo: int, hi: int) -> None:
-        np.matmul(qs[lo:hi], np.swapaxes(ks[lo:hi], -1, -2), out=scores[lo:hi])
-        kernel(grid, *args, lo * rows, hi * rows)
-        np.matmul(scores[lo:hi], vs[lo:hi], out=outs[lo:hi])
+        part = (slice(lo, hi),) if by_batch else (slice(None), slice(lo, hi))
+        rows = (lo, hi, 0, n_h) if by_batch else (0, n_b, lo * g, hi * g)
+        np.matmul(qs[part], keys[part], out=scores[part])
+        kernel(grid, *args, *rows)
+        np.matmul(scores[part], v[part], out=outs[part])
 
-    pool.parallel_for(pairs, body, work=scores.size * max(d, 8))
+    pool.parallel_for(n_b if by_batch else n_kv, body, work=scores.size * max(d, 8))
 
 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:

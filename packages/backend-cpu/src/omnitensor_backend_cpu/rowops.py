@@ -12,7 +12,7 @@ Large calls are split into blocks of rows run on `pool`'s threads.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
@@ -24,96 +24,83 @@ __all__ = ["cross_entropy", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 Array = np.ndarray[Any, Any]
 
-#: Lanes of the max reduction (two AVX-512 registers of float32).
-_LANES: Final = 32
-
-#: Lanes of the float32 sums (one AVX-512 register, two AVX2 registers).
-_SUM_LANES: Final = 16
-
-
 @jit(inline=True)
-def _row_max32(x: Any, lanes: Any) -> Any:
-    # NOTE: `v if v > m else m` per lane is a vmaxps; as one scalar reduction LLVM would not
-    # vectorize it without `nnan`. A NaN is skipped here but reaches the sum through exp, so the
-    # row still becomes NaN, as in the reference.
-    n = x.shape[0]
-    lanes[:] = -np.inf  # NOTE: scratch of _LANES floats from the caller (no allocation per row)
-    body = n - n % _LANES
-    for start in range(0, body, _LANES):
-        for j in range(_LANES):
-            v = x[start + j]
-            lanes[j] = v if v > lanes[j] else lanes[j]
+def _row_max32(x: Any) -> Any:
+    # NOTE: `v if v > m else m` is a vmaxps reduction (reassociated), which skips a NaN; the
+    # NaN still reaches the sum through exp, so the row becomes NaN as in the reference.
     m = np.float32(-np.inf)
-    for j in range(_LANES):
-        m = lanes[j] if lanes[j] > m else m
-    for j in range(body, n):
-        m = x[j] if x[j] > m else m
+    for j in range(x.shape[0]):
+        v = x[j]
+        m = v if v > m else m
     return m
 
 
 @jit(inline=True)
-def _exp_lanes(x: Any, m: Any, out: Any, lanes: Any, lo: int, hi: int, store: bool) -> None:
-    # lanes[j] += exp(x[i] - m) for i in [lo, hi), hi - lo a multiple of _SUM_LANES.
-    if store:
-        for start in range(lo, hi, _SUM_LANES):
-            for j in range(_SUM_LANES):
-                e = exp32f(x[start + j] - m)
-                out[start + j] = e
-                lanes[j] += e
-    else:
-        for start in range(lo, hi, _SUM_LANES):
-            for j in range(_SUM_LANES):
-                lanes[j] += exp32f(x[start + j] - m)
+def _sum32(x: Any, shift: Any, mode: int) -> float:
+    """sum(x), sum((x - shift)**2) or sum(exp(x - shift)) (`mode` 0, 1, 2) of a float32 row.
 
-
-@jit(inline=True)
-def _exp_sum32(x: Any, m: Any, out: Any, store: bool, lanes: Any) -> float:
-    # NOTE: explicit float32 lanes (one vector register's worth) over blocks of a fixed 256
-    # elements, folded into a float64 total after each block. A scalar float32 accumulator,
-    # even with reassociation allowed, kept LLVM from vectorizing the loop around exp, and so
-    # did a block loop whose bound was a min() (softmax 4096x4096: 27 and 42 ms of CPU against
-    # 16 ms); the float64 fold keeps long rows accurate.
+    float32 partial sums over blocks of 256, each a plain accumulator that LLVM vectorizes
+    (reassociation is allowed), folded into a float64 total so long rows stay accurate.
+    """
     n = x.shape[0]
-    lanes[:_SUM_LANES] = 0.0  # scratch from the caller, as in `_row_max32`
     total = 0.0
-    full = n // 256
-    for block in range(full):
-        _exp_lanes(x, m, out, lanes, block * 256, block * 256 + 256, store)
-        for j in range(_SUM_LANES):
-            total += np.float64(lanes[j])
-            lanes[j] = 0.0
-    body = n - n % _SUM_LANES
-    _exp_lanes(x, m, out, lanes, full * 256, body, store)
-    for j in range(_SUM_LANES):
-        total += np.float64(lanes[j])
-    for j in range(body, n):
-        e = exp32f(x[j] - m)
-        if store:
-            out[j] = e
-        total += np.float64(e)
+    for lo in range(0, n, 256):
+        part = np.float32(0.0)
+        if mode == 0:
+            for j in range(lo, min(lo + 256, n)):
+                part += x[j]
+        elif mode == 1:
+            for j in range(lo, min(lo + 256, n)):
+                c = x[j] - shift
+                part += c * c
+        else:
+            for j in range(lo, min(lo + 256, n)):
+                part += exp32f(x[j] - shift)
+        total += np.float64(part)
     return total
 
 
+@jit(inline=True)
+def _softmax_row32(row: Any, dst: Any, same: bool) -> None:
+    """`dst` = softmax(`row`); `same`: `dst` is `row` (in place).
+
+    NOTE: every loop reads and writes one array, or two that LLVM may assume apart. Given a row
+    and a destination at the same address, its runtime overlap check fails and the loop around
+    exp runs scalar (a 4096-wide softmax in place took 4x as long), hence the `same` variant.
+    The exponentials are stored and scaled in place: the row is in L1 by then, so the second
+    pass costs a multiply, where recomputing exp cost 40 % more.
+    """
+    m = _row_max32(row)
+    if same:
+        for j in range(dst.shape[0]):
+            dst[j] = exp32f(dst[j] - m)
+    else:
+        for j in range(dst.shape[0]):
+            dst[j] = exp32f(row[j] - m)
+    inv = np.float32(1.0) / np.float32(_sum32(dst, m, 0))
+    for j in range(dst.shape[0]):
+        dst[j] = dst[j] * inv
+
+
 @jit()
-def _softmax32(x: Any, out: Any, log: bool) -> None:
-    lanes = np.empty(_LANES, np.float32)
+def _softmax32(x: Any, out: Any, log: bool, same: bool) -> None:
     for r in range(x.shape[0]):
         row, dst = x[r], out[r]
-        m = _row_max32(row, lanes)
-        if log:
-            lse = np.float32(math.log(_exp_sum32(row, m, dst, False, lanes)))
-            for j in range(row.shape[0]):
-                dst[j] = (row[j] - m) - lse
+        if not log:
+            _softmax_row32(row, dst, same)
+            continue
+        m = _row_max32(row)
+        lse = np.float32(math.log(_sum32(row, m, 2)))
+        if same:
+            for j in range(dst.shape[0]):
+                dst[j] = (dst[j] - m) - lse
         else:
-            # NOTE: the exponentials are stored and scaled in place: the row is in L1 by then,
-            # so the second pass costs a multiply, where recomputing exp cost 40 % more.
-            inv = np.float32(1.0) / np.float32(_exp_sum32(row, m, dst, True, lanes))
-            for j in range(row.shape[0]):
-                dst[j] = dst[j] * inv
+            for j in range(dst.shape[0]):
+                dst[j] = (row[j] - m) - lse
 
 
 @jit()
-def _softmax64(x: Any, out: Any, log: bool) -> None:
+def _softmax64(x: Any, out: Any, log: bool, same: bool) -> None:
     for r in range(x.shape[0]):
         row, dst = x[r], out[r]
         m = -np.inf
@@ -139,49 +126,19 @@ def _softmax64(x: Any, out: Any, log: bool) -> None:
                 dst[j] = dst[j] / total
 
 
-@jit(inline=True)
-def _moment32(x: Any, shift: Any, square: bool, lanes: Any) -> float:
-    """sum(x - shift) or sum((x - shift)**2) in float32 lanes folded into float64 per 256."""
-    n = x.shape[0]
-    lanes[:_SUM_LANES] = 0.0
-    total = 0.0
-    full = n // 256
-    body = n - n % _SUM_LANES
-    for block in range(full + 1):
-        lo = block * 256
-        hi = lo + 256 if block < full else body
-        if square:
-            for start in range(lo, hi, _SUM_LANES):
-                for j in range(_SUM_LANES):
-                    c = x[start + j] - shift
-                    lanes[j] += c * c
-        else:
-            for start in range(lo, hi, _SUM_LANES):
-                for j in range(_SUM_LANES):
-                    lanes[j] += x[start + j]
-        for j in range(_SUM_LANES):
-            total += np.float64(lanes[j])
-            lanes[j] = 0.0
-    for j in range(body, n):
-        c = x[j] - shift
-        total += np.float64(c * c if square else x[j])
-    return total
-
-
 @jit()
 def _norm32(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: float) -> None:
     # flags: 1 weighted, 2 biased. Layer norm (`centre`) subtracts the mean first; RMS norm
-    # does not. Sums in float64 (see `_moment32`), the mean and variance rounded to float32 as
+    # does not. Sums in float64 (see `_sum32`), the mean and variance rounded to float32 as
     # the reference does.
     cols = x.shape[1]
     n = np.float32(cols)
-    lanes = np.empty(_SUM_LANES, np.float32)
     for r in range(x.shape[0]):
         row, dst = x[r], out[r]
         mean = np.float32(0.0)
         if centre:
-            mean = np.float32(_moment32(row, mean, False, lanes)) / n
-        var = np.float32(_moment32(row, mean, True, lanes)) / n
+            mean = np.float32(_sum32(row, mean, 0)) / n
+        var = np.float32(_sum32(row, mean, 1)) / n
         scale = np.float32(1.0 / math.sqrt(np.float64(var + np.float32(eps))))
         if flags == 3:
             for j in range(cols):
@@ -229,8 +186,13 @@ def softmax(x: Array, out: Array, *, log: bool = False) -> None:
     cols = x.shape[-1] if x.ndim else 1
     xs, dst = _rows(x, cols), out.reshape(-1, cols)
     kernel = _softmax32 if x.dtype == np.float32 else _softmax64
-    pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], dst[lo:hi], log),
+    same = _address(xs) == _address(dst)
+    pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], dst[lo:hi], log, same),
                       work=xs.size)
+
+
+def _address(a: Array) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def log_softmax(x: Array, out: Array) -> None:
@@ -285,15 +247,14 @@ def _xent32(x: Any, target: Any, out: Any, ignore: int, smoothing: float) -> Non
     cols = x.shape[1]
     keep = np.float32(1.0 - smoothing)
     share = np.float32(smoothing)
-    lanes = np.empty(_LANES, np.float32)
     for r in range(x.shape[0]):
         t = target[r]
         if t == ignore:
             out[r] = 0.0
             continue
         row = x[r]
-        m = _row_max32(row, lanes)
-        lse = np.float32(math.log(_exp_sum32(row, m, row, False, lanes)))
+        m = _row_max32(row)
+        lse = np.float32(math.log(_sum32(row, m, 2)))
         picked = np.float32(0.0)
         total = 0.0
         finite = True
