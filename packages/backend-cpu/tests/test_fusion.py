@@ -122,3 +122,33 @@ def test_a_long_chain_is_split_into_bounded_kernels(backend: CpuBackend) -> None
     assert exe.plan.groups[0].source() == exe.plan.groups[1].source()
     (got,) = backend.run(exe, [backend.upload(np.zeros(3, np.float32))])
     np.testing.assert_array_equal(got, np.full(3, n, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [float32, float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_bias_add_and_gelu_are_one_kernel_reading_the_bias_as_a_row(
+        backend: CpuBackend, dtype: DType, approximate: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import codegen
+
+    b = Builder()
+    x = b.input(TensorType((4, 9, 40), dtype))
+    bias = b.input(TensorType((40,), dtype))
+    up = b.input(TensorType((4, 9, 40), dtype))
+    v = b.emit("add", x, b.emit("broadcast_in_dim", bias, shape=(4, 9, 40), dims=(2,)))
+    v = b.emit("gelu", v, approximate=approximate)
+    v = b.emit("swiglu", v, up)
+    fn = b.build([v])
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["ref", "fused"]  # the broadcast (a view), then one kernel
+    assert [i.op for i in exe.plan.groups[0].insts] == ["add", "gelu", "swiglu"]
+    loads: list[tuple[bool, ...]] = []
+    original = codegen.kernel_for
+    monkeypatch.setattr(codegen, "kernel_for",
+                        lambda g, vectors=(): loads.append(tuple(vectors)) or original(g, vectors))
+    rng = np.random.default_rng(2)
+    xs = [(rng.normal(size=s) * 3).astype(dtype.np) for s in ((4, 9, 40), (40,), (4, 9, 40))]
+    (got,) = backend.run(backend.compile(fn), xs)
+    (want,) = evaluate(fn, xs)
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == float32 else 1e-12, atol=1e-6)
+    assert (False, True, False) in loads  # the bias, and only it, read as one row

@@ -119,6 +119,8 @@ def _expr(inst: Instruction, args: Sequence[str]) -> str | None:
         if out == bool_:
             return f"({args[0]} != 0)"
         return f"{cast}({args[0]})"
+    if op in _ACTIVATIONS:
+        return _activation(inst, args)
     if out == float32 and op in _NATIVE_F32:
         return f"{_NATIVE_F32[op]}(np.float32({args[0]}))"
     if out == float32 and op in FAST_F32:
@@ -126,6 +128,27 @@ def _expr(inst: Instruction, args: Sequence[str]) -> str | None:
     if op in _F64_LIBM:
         return f"{cast}({_F64_LIBM[op]}(np.float64({args[0]})))"
     return None
+
+
+#: The elementwise activation composites, fused by their `mathlib` scalar forms (the same
+#: functions `pointwise`'s kernels run), so a bias add before one joins its kernel.
+_ACTIVATIONS: Final = frozenset({"gelu", "silu", "swiglu", "geglu"})
+
+
+def _activation(inst: Instruction, args: Sequence[str]) -> str | None:
+    out = _dtype(inst.results[0].type)
+    approximate = inst.attrs.get("approximate", "none")
+    gated = inst.op in ("swiglu", "geglu")
+    if out not in (float32, float64) or approximate not in ("none", "tanh") or len(args) != (
+            2 if gated else 1):
+        return None
+    silu = inst.op in ("silu", "swiglu")
+    if out == float32:
+        name = "silu32f" if silu else "gelu_tanh32f" if approximate == "tanh" else "gelu_erf32f"
+        value = f"{name}({args[0]})"
+    else:
+        value = f"activation64({args[0]}, {2 if silu else 1 if approximate == 'tanh' else 0})"
+    return f"({value} * {args[1]})" if gated else value
 
 
 def can_fuse(inst: Instruction) -> bool:
@@ -155,8 +178,13 @@ class FusedGroup:
     literals: dict[int, Any]
     outputs: list[int]
 
-    def source(self) -> str:
-        """The kernel module's source (its hash names the file)."""
+    def source(self, vectors: Sequence[bool] = ()) -> str:
+        """The kernel module's source (its hash names the file).
+
+        Without `vectors`, ``flat(n, *ins, *outs)`` over 1-D operands. With them (one flag per
+        input), ``rows(n, m, *ins, *outs)`` over (n, m) operands, where a flagged input is one
+        (m,) row read by every row (a bias broadcast over the leading axes, not copied).
+        """
         dtypes = {v.id: _dtype(v.type) for i in self.insts
                   for v in (*i.operands, *i.results)}
         names = {vid: f"x{k}" for k, vid in enumerate(self.inputs)}
@@ -167,7 +195,8 @@ class FusedGroup:
             text = f"float('{value}')" if isinstance(value, float) and not (
                 value - value == 0) else repr(value)
             consts.append(f"C{k} = {_np(dtypes[vid])}({text})")
-        body: list[str] = [f"x{k} = in{k}[IDX]" for k in range(len(self.inputs))]
+        body: list[str] = [f"x{k} = in{k}[{'c' if k < len(vectors) and vectors[k] else 'IDX'}]"
+                           for k in range(len(self.inputs))]
         for k, inst in enumerate(self.insts):
             expr = _expr(inst, [names[v.id] for v in inst.operands])
             assert expr is not None, inst
@@ -188,15 +217,21 @@ class FusedGroup:
             "import math",
             "import numpy as np",
             "from omnitensor_backend_cpu._compat import jit",
-            ("from omnitensor_backend_cpu.mathlib import erf32, erf32f, exp32, exp32f, logistic32, "
-             "logistic32f, tanh32, tanh32f"),
+            ("from omnitensor_backend_cpu.mathlib import activation64, erf32, erf32f, exp32, "
+             "exp32f, gelu_erf32f, gelu_tanh32f, logistic32, logistic32f, silu32f, tanh32, "
+             "tanh32f"),
             "",
             *consts,
             f"FM = {_FASTMATH}",
             "",
         ]
-        lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):", "    for i in range(n):"]
-        lines += [f"        {line.replace('IDX', 'i')}" for line in body]
+        if any(vectors):
+            lines += ["@jit(fastmath=FM)", f"def rows(n, m, {params}):", "    for r in range(n):",
+                      "        for c in range(m):"]
+            lines += [f"            {line.replace('IDX', 'r, c')}" for line in body]
+        else:
+            lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):", "    for i in range(n):"]
+            lines += [f"        {line.replace('IDX', 'i')}" for line in body]
         lines.append("")
         return "\n".join(lines)
 
@@ -246,10 +281,11 @@ def load_kernel(source: str) -> ModuleType:
         return module
 
 
-def kernel_for(group: FusedGroup) -> Callable[..., Any]:
-    """``flat(n, *inputs, *outputs)`` for `group`, over C-contiguous 1-D operands.
+def kernel_for(group: FusedGroup, vectors: Sequence[bool] = ()) -> Callable[..., Any]:
+    """`group`'s kernel: ``flat`` over C-contiguous 1-D operands, or ``rows`` (`vectors`).
 
     Serial: the plan splits large calls over threads with `pool.parallel_for`.
     """
-    kernel: Callable[..., Any] = load_kernel(group.source()).flat
+    module = load_kernel(group.source(vectors))
+    kernel: Callable[..., Any] = module.rows if any(vectors) else module.flat
     return kernel

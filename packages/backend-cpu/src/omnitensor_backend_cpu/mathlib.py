@@ -21,8 +21,8 @@ import numpy as np
 from ._compat import f32_from_bits, f64_from_bits, jit
 
 __all__ = [
-    "SOURCE_HASH", "erf32", "erf32f", "exp32", "exp32f", "logistic32", "logistic32f", "tanh32",
-    "tanh32f",
+    "SOURCE_HASH", "activation64", "erf32", "erf32f", "exp32", "exp32f", "gelu_erf32f",
+    "gelu_tanh32f", "logistic32", "logistic32f", "silu32f", "tanh32", "tanh32f",
 ]
 
 _LOG2E: Final = 1.4426950408889634
@@ -218,6 +218,46 @@ def erf32(x: float) -> float:
     y = small if a < 2.5 else large
     y = -y if x < 0.0 else y
     return x if x != x else y
+
+
+_SQRT_2_OVER_PI: Final = 0.7978845608028654
+_INV_SQRT2: Final = 0.7071067811865476
+
+
+# --- the activation composites' scalar forms (`pointwise` and fused kernels call them) ----------
+
+
+@_helper
+def gelu_erf32f(x: Any) -> Any:
+    """0.5 x (1 + erf(x / sqrt 2)) in float32 arithmetic."""
+    return np.float32(0.5) * x * (np.float32(1.0) + erf32f(x * np.float32(_INV_SQRT2)))
+
+
+@_helper
+def gelu_tanh32f(x: Any) -> Any:
+    """The tanh form of GELU in float32 arithmetic."""
+    # NOTE: 0.5 x (1 + tanh u) = x / (1 + e**(-2u)): one exp and one division instead of a
+    # tanh (no cancellation for negative u either).
+    inner = np.float32(2 * _SQRT_2_OVER_PI) * (x + np.float32(0.044715) * (x * x * x))
+    y = x * logistic32f(inner)
+    return y if x != -np.inf else x - x  # -inf: NaN (-inf * 0), as the decomposition gives
+
+
+@_helper
+def silu32f(x: Any) -> Any:
+    """SiLU, x * logistic(x), in float32 arithmetic (-inf gives NaN, as its decomposition)."""
+    y = x * logistic32f(x)
+    return y if x != -np.inf else x - x
+
+
+@_helper
+def activation64(x: Any, mode: int) -> Any:
+    """A float64 activation by ``math``: mode 0 erf-GELU, 1 tanh-GELU, 2 SiLU."""
+    if mode == 0:
+        return 0.5 * x * (1.0 + math.erf(x * _INV_SQRT2))
+    if mode == 1:
+        return 0.5 * x * (1.0 + math.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+    return x * (1.0 / (1.0 + math.exp(-x)))
 
 
 def _source_hash() -> str:

@@ -128,17 +128,41 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
 
         def compiled() -> Step:
             flat = codegen.kernel_for(group)
+            by_rows: dict[tuple[int, tuple[bool, ...]], Callable[..., Any]] = {}
 
             def step(slots: Slots) -> None:
-                # NOTE: strided and broadcast operands (a bias over rows) are copied contiguous
-                # first: one extra pass over them, against a loop nest over arbitrary strides
-                # that LLVM does not vectorize (30x slower for a tanh-GELU over (576, 512)).
-                args = [a.reshape(-1) if a.flags.c_contiguous
-                        else np.ascontiguousarray(a).reshape(-1) for a in (slots[i] for i in ins)]
+                arrays = [slots[i] for i in ins]
                 results = [get(slots) for get in out_get]
-                flats = [*args, *[r.reshape(-1) for r in results]]
-                pool.parallel_for(size, lambda lo, hi: flat(hi - lo, *[a[lo:hi] for a in flats]),
-                                  grain=64)
+                split = _row_split(arrays)
+                if split:
+                    # a bias broadcast over rows is read as one row by a (rows, cols) kernel
+                    vectors = tuple(not a.flags.c_contiguous and _repeats(a, split)
+                                    for a in arrays)
+                    kernel = by_rows.get((split, vectors))
+                    if kernel is None:
+                        kernel = by_rows[split, vectors] = codegen.kernel_for(group, vectors)
+                    rows = math.prod(group.shape[:split])
+                    cols = size // rows
+                    operands = [a[(0,) * split].reshape(cols) if vector else
+                                np.ascontiguousarray(a).reshape(rows, cols)
+                                for a, vector in zip(arrays, vectors, strict=True)]
+                    outputs = [r.reshape(rows, cols) for r in results]
+
+                    def part(lo: int, hi: int) -> None:
+                        kernel(hi - lo, cols, *[a if v else a[lo:hi] for a, v in
+                                                zip(operands, vectors, strict=True)],
+                               *[r[lo:hi] for r in outputs])
+
+                    pool.parallel_for(rows, part, work=size)
+                else:
+                    # NOTE: other strided and broadcast operands are copied contiguous first:
+                    # one extra pass over them, against a loop nest over arbitrary strides that
+                    # LLVM does not vectorize (30x slower for a tanh-GELU over (576, 512)).
+                    args = [a.reshape(-1) if a.flags.c_contiguous
+                            else np.ascontiguousarray(a).reshape(-1) for a in arrays]
+                    flats = [*args, *[r.reshape(-1) for r in results]]
+                    pool.parallel_for(size, lambda lo, hi: flat(
+                        hi - lo, *[a[lo:hi] for a in flats]), grain=64)
                 for v, r in zip(outs, results, strict=True):
                     slots[v] = r
 
@@ -150,6 +174,29 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
 
     # NOTE: a small group runs the reference kernels: its kind says so (profiles, labels).
     return Draft(ins, outs, make, owned, "ref" if small else "fused")
+
+
+def _repeats(a: Array, split: int) -> bool:
+    """True when `a` is one C-contiguous block repeated over its first `split` axes."""
+    return (0 < split < a.ndim and not any(a.strides[:split])
+            and a[(0,) * split].flags.c_contiguous)
+
+
+def _row_split(arrays: Sequence[Array]) -> int:
+    """How many leading axes a fused kernel runs as rows (0: every operand is read flat).
+
+    Those the first repeated operand repeats over: a bias of (C,) broadcast to (B, T, C)
+    repeats over 2 axes, and is read in place as one row of C, not copied to (B, T, C).
+    """
+    for a in arrays:
+        if a.flags.c_contiguous or not a.ndim:
+            continue
+        split = 0
+        while split < a.ndim and a.strides[split] == 0:
+            split += 1
+        if _repeats(a, split) and a[(0,) * split].size >= 16:
+            return split
+    return 0
 
 
 def _dtype_of(group: FusedGroup, value: int) -> np.dtype[Any]:

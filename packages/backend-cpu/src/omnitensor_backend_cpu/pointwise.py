@@ -7,14 +7,13 @@ argument, not a constant, so one compiled kernel serves every shape and every mo
 
 from __future__ import annotations
 
-import math
 from typing import Any, Final
 
 import numpy as np
 
 from . import pool
 from ._compat import jit
-from .mathlib import erf32f, logistic32f
+from .mathlib import activation64, gelu_erf32f, gelu_tanh32f, silu32f
 
 __all__ = ["GELU_ERF", "GELU_TANH", "SILU", "activation"]
 
@@ -26,38 +25,6 @@ GELU_TANH: Final = 1
 SILU: Final = 2
 
 _FM: Final = frozenset({"contract"})
-_SQRT_2_OVER_PI: Final = 0.7978845608028654
-_INV_SQRT2: Final = 0.7071067811865476
-
-
-@jit(fastmath=_FM, inline=True)
-def _gelu_erf32(x: Any) -> Any:
-    return np.float32(0.5) * x * (np.float32(1.0) + erf32f(x * np.float32(_INV_SQRT2)))
-
-
-@jit(fastmath=_FM, inline=True)
-def _gelu_tanh32(x: Any) -> Any:
-    # NOTE: 0.5 x (1 + tanh u) = x / (1 + e**(-2u)): one exp and one division instead of a
-    # tanh (no cancellation for negative u either).
-    inner = np.float32(2 * _SQRT_2_OVER_PI) * (x + np.float32(0.044715) * (x * x * x))
-    y = x * logistic32f(inner)
-    return y if x != -np.inf else x - x  # -inf: NaN (-inf * 0), as the decomposition gives
-
-
-@jit(fastmath=_FM, inline=True)
-def _silu32(x: Any) -> Any:
-    y = x * logistic32f(x)
-    return y if x != -np.inf else x - x
-
-
-@jit(fastmath=_FM, inline=True)
-def _act64(x: Any, mode: int) -> Any:
-    if mode == 0:
-        return 0.5 * x * (1.0 + math.erf(x * _INV_SQRT2))
-    if mode == 1:
-        return 0.5 * x * (1.0 + math.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
-    return x * (1.0 / (1.0 + math.exp(-x)))
-
 
 # NOTE: one loop per mode (the mode is tested once, outside), so each loop is branch-free and
 # vectorizes; `up` is read only by the gated form (`gated` False passes `x` again).
@@ -68,22 +35,22 @@ def _span32(x: Any, up: Any, out: Any, mode: int, gated: bool, lo: int, hi: int)
     if gated:
         if mode == 0:
             for i in range(lo, hi):
-                out[i] = _gelu_erf32(x[i]) * up[i]
+                out[i] = gelu_erf32f(x[i]) * up[i]
         elif mode == 1:
             for i in range(lo, hi):
-                out[i] = _gelu_tanh32(x[i]) * up[i]
+                out[i] = gelu_tanh32f(x[i]) * up[i]
         else:
             for i in range(lo, hi):
-                out[i] = _silu32(x[i]) * up[i]
+                out[i] = silu32f(x[i]) * up[i]
     elif mode == 0:
         for i in range(lo, hi):
-            out[i] = _gelu_erf32(x[i])
+            out[i] = gelu_erf32f(x[i])
     elif mode == 1:
         for i in range(lo, hi):
-            out[i] = _gelu_tanh32(x[i])
+            out[i] = gelu_tanh32f(x[i])
     else:
         for i in range(lo, hi):
-            out[i] = _silu32(x[i])
+            out[i] = silu32f(x[i])
 
 
 @jit(fastmath=_FM)
@@ -94,7 +61,7 @@ def _act32(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
 @jit(fastmath=_FM)
 def _act64_all(x: Any, up: Any, out: Any, mode: int, gated: bool) -> None:
     for i in range(x.shape[0]):
-        y = _act64(x[i], mode)
+        y = activation64(x[i], mode)
         out[i] = y * up[i] if gated else y
 
 
