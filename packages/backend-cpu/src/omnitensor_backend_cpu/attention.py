@@ -154,6 +154,13 @@ def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
                 h, h // groups, out, scores)
 
 
+#: Most query rows for which a split per-row attention runs on numba's OpenMP workers (decode
+#: over a long cache, between the OpenMP matrix-vector products). Other calls split over
+#: `pool`: OpenMP workers share the cores with the BLAS threads that a training step's products
+#: leave spinning, and a (64, 4, 9, 32) attention took 8 ms that way against 0.3 ms alone.
+_SPLIT_MAX_QUERIES: Final = 4
+
+
 @jit(parallel=True)
 def _sdpa32_split(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool,
                   kvlen: int, scale: float, softcap: float, has_add: bool, has_keep: bool,
@@ -361,7 +368,7 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,
             has_keep, out)
     parts = pool.parts(n_b * n_h, work >> 1)
-    if parts > 1 and q.dtype == np.float32:
+    if parts > 1 and q.dtype == np.float32 and t_len <= _SPLIT_MAX_QUERIES:
         _sdpa32_split(*args, parts)
         return
     if work >> 4 < pool.MIN_SPLIT:  # (decode at a short context: no closure, no pool)
