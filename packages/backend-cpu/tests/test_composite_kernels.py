@@ -186,3 +186,16 @@ def test_attention_prefill_reads_strided_heads_on_two_threads(
                                 np.repeat(k, 3, axis=1)) * 0.3 / 2.0)
     s = np.where(keep, s, np.finfo(dtype).min)
     assert _rel(out, np.einsum("bhts,bhsd->bhtd", _softmax(s), np.repeat(v, 3, axis=1))) < 1e-6
+
+
+def test_attention_prefill_into_a_larger_cache() -> None:
+    # 20 queries at positions 0..19 against a 64-slot cache holding 20 keys (the rest stale)
+    rng = np.random.default_rng(6)
+    q = rng.normal(size=(1, 6, 20, 16)).astype(np.float32)
+    cache_k = rng.normal(size=(1, 2, 64, 16)).astype(np.float32)
+    cache_v = rng.normal(size=(1, 2, 64, 16)).astype(np.float32)
+    out = np.empty_like(q)
+    attention.sdpa(q, cache_k, cache_v, out, scale=0.25, q_positions=np.arange(20),
+                   kv_length=20, causal=True)
+    keep = np.tril(np.ones((20, 64), bool))
+    assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 1e-6

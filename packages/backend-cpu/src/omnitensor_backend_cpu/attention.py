@@ -303,7 +303,8 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
     kernel = _mask_softmax32 if q.dtype == np.float32 else _mask_softmax64
     threads.blas_for(2.0 * g * t_len * s_len * max(d, dv))  # one pair's product: one thread
     keys = np.swapaxes(k, -1, -2)
-    by_batch = n_b >= pool.parts(n_b * n_kv, scores.size * max(d, 8))
+    work = scores.size * max(d, 8) >> 3  # (multiply-adds; a hand-off costs 50-150 us)
+    by_batch = n_b >= pool.parts(n_b * n_kv, work)
 
     def body(lo: int, hi: int) -> None:
         part = (slice(lo, hi),) if by_batch else (slice(None), slice(lo, hi))
@@ -312,7 +313,7 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
         kernel(grid, *args, *rows)
         np.matmul(scores[part], v[part], out=outs[part])
 
-    pool.parallel_for(n_b if by_batch else n_kv, body, work=scores.size * max(d, 8))
+    pool.parallel_for(n_b if by_batch else n_kv, body, work=work)
 
 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
@@ -360,6 +361,10 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
     kvlen = -1 if kv_length is None else max(int(kv_length), 0)
     if t_len >= GEMM_MIN_QUERIES and out.flags.c_contiguous:
+        if 0 < kvlen < s_len and not (has_add or has_keep) and (not causal or qpos.min() >= 0):
+            # NOTE: a prefill into a cache of larger capacity: the keys from kv_length on weigh
+            # exactly 0 in every row (each row keeps key 0), so the products skip them
+            k, v, kvlen = k[:, :, :kvlen], v[:, :, :kvlen], -1
         _sdpa_gemm(q, k, v, out, (add, keep, qpos, causal, kvlen, float(scale), float(softcap),
                                   has_add, has_keep))
         return

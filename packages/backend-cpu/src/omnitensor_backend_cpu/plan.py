@@ -326,7 +326,7 @@ def build_plan(function: Function) -> Plan:
         if idx in groups:
             drafts.append(_fused_step(groups[idx], len(drafts)))
             group = groups[idx]
-            drafts[-1].label = f"fused:{'+'.join(i.op for i in group.insts)}{group.shape}"
+            drafts[-1].label = f"{drafts[-1].kind}:{'+'.join(i.op for i in group.insts)}{group.shape}"
             continue
         if id(inst) in grouped:
             continue
