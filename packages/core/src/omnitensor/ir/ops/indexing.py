@@ -193,7 +193,15 @@ class ScatterAddView(OpView):
         out = operand.astype(work).reshape(b, p, n, q).transpose(0, 2, 1, 3).copy()  # (B,n,P,Q)
         i = idx.shape[1]
         upd = updates.astype(work).reshape(b, p, i, q).transpose(0, 2, 1, 3)  # (B, I, P, Q)
-        np.add.at(out, (np.arange(b)[:, None], idx), upd)
+        if upd.size:
+            # NOTE: duplicates summed by sorting, not `np.add.at` (which adds one (P, Q) block
+            # per index in a slow loop: 1.1 ms for an embedding gradient of 576 x 128)
+            keys = (np.arange(b)[:, None] * n + idx).reshape(-1)
+            order = np.argsort(keys, kind="stable")
+            keys = keys[order]
+            starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+            sums = np.add.reduceat(upd.reshape(b * i, p, q)[order], starts, axis=0)
+            out.reshape(b * n, p, q)[keys[starts]] += sums
         return np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(operand.shape).astype(dtype)
 
 
