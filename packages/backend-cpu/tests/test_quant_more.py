@@ -37,7 +37,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m", [1, 3, 20, 40])  # one row, a few (integer dots), many (BLAS)
+@pytest.mark.parametrize("m", [1, 3, 40, quant.BLAS_MIN_ROWS + 8])  # integer dots; BLAS tiles
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int,
                                               assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)

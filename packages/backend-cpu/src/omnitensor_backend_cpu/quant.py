@@ -220,8 +220,11 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
 
 _NO_MINS: Final = np.zeros((1, 0), np.float32)
 
-#: Activation rows from which a product dequantizes tiles of the weight for BLAS.
-BLAS_MIN_ROWS: Final = 32
+#: Activation rows from which a product dequantizes tiles of the weight for BLAS. Below, the
+#: integer kernels win (a 4864 x 896 Q8_0 product on 2 threads, interleaved medians: 5.1-5.3
+#: against 6.8 ms at 32 rows, 5.7-7.2 against 7.8-9.1 at 64, 9.2-10.0 against 10.6-12.8 at 96;
+#: even at 128 and 2.5x slower at 512).
+BLAS_MIN_ROWS: Final = 128
 #: Float32 bytes of one dequantized weight tile. Large on purpose: BLAS packs its operands
 #: itself, and a product over many small tiles ran 1.3-1.5x slower than over a few large ones
 #: (a 4864 x 896 Q8_0 weight by 512 rows: 47 ms with 256 KB tiles, 37 ms with 4 MB, 32 ms for
