@@ -324,9 +324,10 @@ def build_plan(function: Function) -> Plan:
     template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
         if idx in groups:
-            drafts.append(_fused_step(groups[idx], len(drafts)))
             group = groups[idx]
-            drafts[-1].label = f"{drafts[-1].kind}:{'+'.join(i.op for i in group.insts)}{group.shape}"
+            drafts.append(_fused_step(group, len(drafts)))
+            ops = "+".join(i.op for i in group.insts)
+            drafts[-1].label = f"{drafts[-1].kind}:{ops}{group.shape}"
             continue
         if id(inst) in grouped:
             continue
