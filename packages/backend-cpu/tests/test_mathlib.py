@@ -43,3 +43,23 @@ def test_fast_float32_math_is_within_the_op_ulp_budget(backend: CpuBackend, op: 
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     worst = int(_ulps(got, want).max())
     assert worst <= get_op(op).ulp, f"{op}: {worst} ulp"
+
+
+def test_softmax_weights_are_exp_above_minus_87_and_zero_below() -> None:
+    import numba
+
+    from omnitensor_backend_cpu.mathlib import exp32f, softmax_weight32f
+
+    @numba.njit(cache=False)
+    def both(x, a, b):  # type: ignore[no-untyped-def]
+        for i in range(x.shape[0]):
+            a[i] = softmax_weight32f(x[i])
+            b[i] = exp32f(x[i])
+
+    x = np.concatenate([np.linspace(-87, 0, 5001), [-87.01, -100.0, -3.4e38, -np.inf, np.nan]])
+    x = x.astype(np.float32)
+    weight, exp = np.empty_like(x), np.empty_like(x)
+    both(x, weight, exp)
+    np.testing.assert_array_equal(weight[:5001], exp[:5001])
+    np.testing.assert_array_equal(weight[5001:-1], 0.0)  # no denormals, no slow path
+    assert np.isnan(weight[-1])

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import pool, threads
 from ._compat import jit, prange
-from .mathlib import exp32f, tanh32f
+from .mathlib import softmax_weight32f, tanh32f
 from .rowops import _softmax_row32
 
 __all__ = ["rotary", "sdpa"]
@@ -73,7 +73,7 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
         end = limit if limit > 0 and m > lowest else s_len
         total = np.float32(0.0)
         for s in range(end):
-            e = exp32f(scores[s] - m)
+            e = softmax_weight32f(scores[s] - m)
             scores[s] = e
             total += e
         inv = np.float32(1.0) / total
@@ -353,6 +353,8 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         return
     shape = (n_b, n_h, t_len, s_len)
     bool_mask = mask is not None and np.asarray(mask).dtype == np.bool_
+    if bool_mask and np.asarray(mask).all():  # (one sequence's key mask: nothing to read)
+        mask, bool_mask = None, False
     add, has_add = _full(None if bool_mask else mask, shape, q.dtype)
     keep, has_keep = _full(mask if bool_mask else None, shape, np.bool_)
     if q_positions is None:

@@ -22,6 +22,7 @@ from ._compat import f32_from_bits, f64_from_bits, jit
 
 __all__ = [
     "SOURCE_HASH", "activation64", "erf32", "erf32f", "exp32", "exp32f", "gelu_erf32f",
+    "softmax_weight32f",
     "gelu_tanh32f", "logistic32", "logistic32f", "silu32f", "tanh32", "tanh32f",
 ]
 
@@ -110,6 +111,20 @@ def _exp_f32(x: float) -> float:
 def exp32f(x: float) -> float:
     """e**x for a float32 `x`, in float32 arithmetic (1 ulp; NaN propagates, inf/0 at the ends)."""
     y = _exp_f32(min(max(x, np.float32(-104.0)), np.float32(89.0)))
+    return x if x != x else y
+
+
+@_helper
+def softmax_weight32f(x: float) -> float:
+    """e**x for a softmax weight x = value - max <= 0, float32: 0 below -87 (no denormals).
+
+    A masked score (the lowest float) gives e**-104 in `exp32f`, a denormal, and x86 computes
+    with denormals some hundred times slower: a causal 512-token attention spent 8 ms a layer
+    in its softmax against 4 without the mask. Weights under e**-87 (1.6e-38) are dropped, a
+    change of at most that much in a sum whose largest term is 1.
+    """
+    y = _exp_f32(max(x, np.float32(-87.0)))
+    y = np.float32(0.0) if x < np.float32(-87.0) else y
     return x if x != x else y
 
 

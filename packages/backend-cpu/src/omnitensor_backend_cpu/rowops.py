@@ -18,7 +18,7 @@ import numpy as np
 
 from . import pool
 from ._compat import jit
-from .mathlib import exp32f
+from .mathlib import softmax_weight32f
 
 __all__ = ["cross_entropy", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
@@ -55,7 +55,7 @@ def _sum32(x: Any, shift: Any, mode: int) -> float:
                 part += c * c
         else:
             for j in range(lo, min(lo + 256, n)):
-                part += exp32f(x[j] - shift)
+                part += softmax_weight32f(x[j] - shift)
         total += np.float64(part)
     return total
 
@@ -73,10 +73,10 @@ def _softmax_row32(row: Any, dst: Any, same: bool) -> None:
     m = _row_max32(row)
     if same:
         for j in range(dst.shape[0]):
-            dst[j] = exp32f(dst[j] - m)
+            dst[j] = softmax_weight32f(dst[j] - m)
     else:
         for j in range(dst.shape[0]):
-            dst[j] = exp32f(row[j] - m)
+            dst[j] = softmax_weight32f(row[j] - m)
     inv = np.float32(1.0) / np.float32(_sum32(dst, m, 0))
     for j in range(dst.shape[0]):
         dst[j] = dst[j] * inv
