@@ -123,7 +123,7 @@ def softmax_weight32f(x: float) -> float:
     in its softmax against 4 without the mask. Weights under e**-87 (1.6e-38) are dropped, a
     change of at most that much in a sum whose largest term is 1.
     """
-    y = _exp_f32(max(x, np.float32(-87.0)))
+    y: Any = _exp_f32(max(x, np.float32(-87.0)))
     y = np.float32(0.0) if x < np.float32(-87.0) else y
     return x if x != x else y
 
