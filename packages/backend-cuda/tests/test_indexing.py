@@ -64,7 +64,10 @@ def _scatter(dtype: DType, index: DType, axis: int) -> Case:
                 lambda b, x, i, u: [b.emit("scatter_add", x, i, u, axis=axis)])
     scale = 60.0 if dtype == int8 else 1.0  # int8: sums wrap
     idx = RNG.integers(0, shape[axis] + 2, idx_shape).astype(index.np)  # duplicates, clamped
-    return fn, [_normal(shape, dtype, scale), idx, _normal(upd_shape, dtype, scale)], 0.0
+    # the order in which duplicates add up is unspecified (the op's contract): floats may
+    # differ from the reference in their last bits, integers not at all
+    tol = 0.0 if dtype == int8 else 1e-3 if dtype == float16 else 1e-6
+    return fn, [_normal(shape, dtype, scale), idx, _normal(upd_shape, dtype, scale)], tol
 
 
 def _dynamic(start: int, index: DType) -> Case:
