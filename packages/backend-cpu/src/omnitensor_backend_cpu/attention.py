@@ -31,6 +31,17 @@ Array = np.ndarray[Any, Any]
 
 
 @jit(inline=True)
+def _key_limit(qpos: Any, t: int, causal: bool, kvlen: int, s_len: int) -> int:
+    """Keys from this index on are excluded for query row `t` (causal rule, cache length)."""
+    limit = s_len
+    if causal:
+        limit = min(limit, qpos[t] + 1)
+    if kvlen >= 0:
+        limit = min(limit, kvlen)
+    return limit
+
+
+@jit(inline=True)
 def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
             scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int,
             out: Any, scores: Any) -> None:
@@ -42,11 +53,7 @@ def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
     inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
     keys, values = k[b, kh], v[b, kh]  # (S, D), (S, Dv): rows read where they lie
     for t in range(t_len):
-        limit = s_len
-        if causal:
-            limit = min(limit, qpos[t] + 1)
-        if kvlen >= 0:
-            limit = min(limit, kvlen)
+        limit = _key_limit(qpos, t, causal, kvlen, s_len)
         query, keep_row, add_row, dst = q[b, h, t], keep[b, h, t], add[b, h, t], out[b, h, t]
         m = np.float32(-np.inf)
         for s in range(s_len):
@@ -107,11 +114,7 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
     s_len, dv_len = k.shape[2], v.shape[3]
     lowest = np.finfo(np.float64).min
     for t in range(t_len):
-        limit = s_len
-        if causal:
-            limit = min(limit, qpos[t] + 1)
-        if kvlen >= 0:
-            limit = min(limit, kvlen)
+        limit = _key_limit(qpos, t, causal, kvlen, s_len)
         m = -np.inf
         nan = False
         for s in range(s_len):
@@ -212,11 +215,7 @@ def _mask_softmax32(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, k
         for h in range(h_lo, h_hi):
             for t in range(t_len):
                 row = scores[b, h, t]
-                limit = s_len
-                if causal:
-                    limit = min(limit, qpos[t] + 1)
-                if kvlen >= 0:
-                    limit = min(limit, kvlen)
+                limit = _key_limit(qpos, t, causal, kvlen, s_len)
                 if softcap > 0:
                     for s in range(s_len):
                         row[s] = cap * tanh32f(row[s] * sc * inv_cap)
@@ -246,11 +245,7 @@ def _mask_softmax64(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, k
         for h in range(h_lo, h_hi):
             for t in range(t_len):
                 row = scores[b, h, t]
-                limit = s_len
-                if causal:
-                    limit = min(limit, qpos[t] + 1)
-                if kvlen >= 0:
-                    limit = min(limit, kvlen)
+                limit = _key_limit(qpos, t, causal, kvlen, s_len)
                 m = -np.inf
                 nan = False
                 add_row, keep_row = add[b, h, t], keep[b, h, t]
