@@ -124,6 +124,45 @@ def test_attention_decode_against_a_cache(dtype: Any, capacity: int, used: int,
     assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 1e-6
 
 
+@pytest.mark.parametrize("t_len", [1, 3])
+@pytest.mark.parametrize("kv_heads", [1, 2])  # one kv head: its query heads cut into chunks
+@pytest.mark.parametrize("split", [False, True])
+def test_attention_rows_share_key_blocks_across_query_heads(
+        t_len: int, kv_heads: int, split: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import pool, threads
+
+    monkeypatch.setattr(threads, "_COUNT", [2])
+    if split:
+        monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    rng = np.random.default_rng(7)
+    # strided (B, T, H, D) queries; 150 keys: two blocks of 64 and a ragged one
+    q = rng.normal(size=(2, t_len, 6, 16)).astype(np.float32).transpose(0, 2, 1, 3)
+    k = rng.normal(size=(2, kv_heads, 150, 16)).astype(np.float32)
+    v = rng.normal(size=(2, kv_heads, 150, 16)).astype(np.float32)
+    out = np.empty((2, 6, t_len, 16), np.float32)
+    keep = rng.random((2, 1, t_len, 150)) > 0.3
+    keep[1, :, 0] = False  # entry 1's first row sees no key: the average of every value
+    attention.sdpa(q, k, v, out, scale=0.3, mask=keep, softcap=2.0)
+    g = 6 // kv_heads
+    s = 2.0 * np.tanh(np.einsum("bhtd,bhsd->bhts", q.astype(np.float64),
+                                np.repeat(k, g, axis=1)) * 0.3 / 2.0)
+    s = np.where(keep, s, np.finfo(np.float32).min)
+    assert _rel(out, np.einsum("bhts,bhsd->bhtd", _softmax(s), np.repeat(v, g, axis=1))) < 1e-6
+    add = rng.normal(size=(1, 6, 1, 150)).astype(np.float32)
+    attention.sdpa(q, k, v, out, scale=0.3, mask=add)
+    assert _rel(out, _attention(q, k, v, 0.3, np.ones(150, bool), add)) < 1e-6
+    q = q.copy()
+    q[0, 1, 0, 3] = np.nan  # a NaN query makes its own row NaN, and no other
+    attention.sdpa(q, k, v, out, scale=0.3, mask=keep, q_positions=np.arange(100, 100 + t_len),
+                   kv_length=120, causal=True)
+    assert np.isnan(out[0, 1, 0]).all()
+    out[0, 1, 0] = 0.0
+    want = _attention(q, k, v, 0.3, keep & (np.arange(150) < np.minimum(
+        np.arange(101, 101 + t_len)[:, None], 120)))
+    want[0, 1, 0] = 0.0
+    assert _rel(out, want) < 1e-6
+
+
 @pytest.mark.parametrize("masking", ["causal", "bool", "additive", "none-left"])
 def test_attention_masks(masking: str) -> None:
     rng = np.random.default_rng(4)

@@ -144,17 +144,144 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
                 out[b, h, t, d] += p * v[b, kh, s, d]
 
 
+#: Keys per block of the grouped decode kernel: a block of keys (and of values) is read from
+#: memory once and from L1 by each query head of its kv head (64 x 64 floats: 16 KB).
+_BLOCK: Final = 64
+
+
+@jit(inline=True)
+def _dots(query: Any, keys: Any, row: Any, s0: int, s1: int) -> None:
+    """Row[s] = query . keys[s] for s in [s0, s1), four keys per pass over the query."""
+    d_len = query.shape[0]
+    s = s0
+    while s + 4 <= s1:
+        k0, k1, k2, k3 = keys[s], keys[s + 1], keys[s + 2], keys[s + 3]
+        a0 = a1 = a2 = a3 = np.float32(0.0)
+        for d in range(d_len):
+            x = query[d]
+            a0 += x * k0[d]
+            a1 += x * k1[d]
+            a2 += x * k2[d]
+            a3 += x * k3[d]
+        row[s], row[s + 1], row[s + 2], row[s + 3] = a0, a1, a2, a3
+        s += 4
+    while s < s1:
+        key = keys[s]
+        acc = np.float32(0.0)
+        for d in range(d_len):
+            acc += query[d] * key[d]
+        row[s] = acc
+        s += 1
+
+
+@jit(inline=True)
+def _weigh(row: Any, values: Any, dst: Any, s0: int, s1: int) -> None:
+    """Dst += row[s] * values[s] for s in [s0, s1), four values per pass over dst."""
+    dv_len = dst.shape[0]
+    s = s0
+    while s + 4 <= s1:
+        p0, p1, p2, p3 = row[s], row[s + 1], row[s + 2], row[s + 3]
+        v0, v1, v2, v3 = values[s], values[s + 1], values[s + 2], values[s + 3]
+        for d in range(dv_len):
+            dst[d] += (p0 * v0[d] + p1 * v1[d]) + (p2 * v2[d] + p3 * v3[d])
+        s += 4
+    while s < s1:
+        p, value = row[s], values[s]
+        for d in range(dv_len):
+            dst[d] += p * value[d]
+        s += 1
+
+
+@jit(inline=True)
+def _weights(row: Any, n: int, add_row: Any, keep_row: Any, scale: float, softcap: float,
+             has_add: bool, has_keep: bool) -> bool:
+    """Raw scores row[:n] become softmax weights in place; False if no key is left.
+
+    The scores are scaled, soft-capped and masked as in `_head32`; a NaN score makes every
+    weight NaN, as in the reference.
+    """
+    lowest = np.float32(np.finfo(np.float32).min)
+    sc = np.float32(scale)
+    cap = np.float32(softcap)
+    inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
+    m = np.float32(-np.inf)
+    for s in range(n):
+        value = row[s] * sc
+        if softcap > 0:
+            value = cap * tanh32f(value * inv_cap)
+        if has_add:
+            value = value + add_row[s]
+        if has_keep and not keep_row[s]:
+            value = lowest
+        row[s] = value
+        m = value if value > m else m
+    if not m > lowest:
+        return False
+    total = np.float32(0.0)
+    for s in range(n):
+        e = softmax_weight32f(row[s] - m)
+        row[s] = e
+        total += e
+    inv = np.float32(1.0) / total
+    for s in range(n):
+        row[s] *= inv
+    return True
+
+
+@jit(inline=True)
+def _group32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+             scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, kh: int,
+             t: int, h_lo: int, h_hi: int, out: Any, scores: Any, plain: Any) -> None:
+    # query row t of heads [h_lo, h_hi), which share kv head kh: each block of keys, then of
+    # values, is read from memory once for all of them (not once per query head)
+    keys, values = k[b, kh], v[b, kh]
+    n = max(_key_limit(qpos, t, causal, kvlen, keys.shape[0]), 0)
+    for s0 in range(0, n, _BLOCK):
+        for h in range(h_lo, h_hi):
+            _dots(q[b, h, t], keys, scores[h - h_lo], s0, min(s0 + _BLOCK, n))
+    for h in range(h_lo, h_hi):
+        plain[h - h_lo] = not _weights(scores[h - h_lo], n, add[b, h, t], keep[b, h, t],
+                                       scale, softcap, has_add, has_keep)
+        if plain[h - h_lo]:  # no key left: the reference's average of every value
+            _head32(q[:, :, t:t + 1], k, v, add[:, :, t:t + 1], keep[:, :, t:t + 1],
+                    qpos[t:t + 1], causal, kvlen, scale, softcap, has_add, has_keep, b, h, kh,
+                    out[:, :, t:t + 1], scores[h - h_lo])
+        else:
+            out[b, h, t, :] = 0.0
+    for s0 in range(0, n, _BLOCK):
+        for h in range(h_lo, h_hi):
+            if not plain[h - h_lo]:
+                _weigh(scores[h - h_lo], values, out[b, h, t], s0, min(s0 + _BLOCK, n))
+
+
+@jit(inline=True)
+def _tasks32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+             scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any,
+             chunks: int, lo: int, hi: int) -> None:
+    # task = (batch entry, kv head, query row, chunk of the kv head's query heads)
+    n_kv, t_len = k.shape[1], q.shape[2]
+    g = q.shape[1] // n_kv
+    width = -(-g // chunks)
+    scores = np.empty((width, k.shape[2]), np.float32)
+    plain = np.empty(width, np.bool_)
+    for task in range(lo, hi):
+        c = task % chunks
+        t = task // chunks % t_len
+        kh = task // (chunks * t_len) % n_kv
+        b = task // (chunks * t_len * n_kv)
+        h_lo = kh * g + c * width
+        h_hi = min(h_lo + width, kh * g + g)
+        if h_lo < h_hi:
+            _group32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
+                     has_keep, b, kh, t, h_lo, h_hi, out, scores, plain)
+
+
 @jit()
 def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any, lo: int,
-            hi: int) -> None:
-    n_h = q.shape[1]
-    groups = n_h // k.shape[1]
-    scores = np.empty(k.shape[2], np.float32)
-    for task in range(lo, hi):
-        b, h = task // n_h, task % n_h
-        _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep, b,
-                h, h // groups, out, scores)
+            scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any, chunks: int,
+            lo: int, hi: int) -> None:
+    _tasks32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep, out,
+             chunks, lo, hi)
 
 
 #: Most query rows for which a split per-row attention runs on numba's OpenMP workers (decode
@@ -167,19 +294,14 @@ _SPLIT_MAX_QUERIES: Final = 4
 @jit(parallel=True)
 def _sdpa32_split(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool,
                   kvlen: int, scale: float, softcap: float, has_add: bool, has_keep: bool,
-                  out: Any, parts: int) -> None:
-    # decode over a long cache: heads split over numba's OpenMP workers (see `pool`), which
+                  out: Any, chunks: int, parts: int) -> None:
+    # decode over a long cache: tasks split over numba's OpenMP workers (see `pool`), which
     # the step's matrix-vector products keep spinning
-    n_h = q.shape[1]
-    groups = n_h // k.shape[1]
-    tasks = q.shape[0] * n_h
+    tasks = q.shape[0] * k.shape[1] * q.shape[2] * chunks
     step = -(-tasks // parts)
     for part in prange(parts):
-        scores = np.empty(k.shape[2], np.float32)
-        for task in range(part * step, min(tasks, part * step + step)):
-            b, h = task // n_h, task % n_h
-            _head32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
-                    has_keep, b, h, h // groups, out, scores)
+        _tasks32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep,
+                 out, chunks, part * step, min(tasks, part * step + step))
 
 
 @jit()
@@ -365,19 +487,33 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         _sdpa_gemm(q, k, v, out, (add, keep, qpos, causal, kvlen, float(scale), float(softcap),
                                   has_add, has_keep))
         return
-    work = n_b * n_h * t_len * s_len * q.shape[3]
-    kernel = _sdpa32 if q.dtype == np.float32 else _sdpa64
+    keys = s_len if kvlen < 0 else min(s_len, kvlen)  # (the keys the kernels read)
+    if causal:
+        keys = min(keys, int(qpos.max()) + 1)
+    work = n_b * n_h * t_len * max(keys, 1) * q.shape[3]
     args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,
             has_keep, out)
-    parts = pool.parts(n_b * n_h, work >> 1)
-    if parts > 1 and q.dtype == np.float32 and t_len <= _SPLIT_MAX_QUERIES:
-        _sdpa32_split(*args, parts)
+    if q.dtype != np.float32:
+        _per_task(_sdpa64, args, n_b * n_h, work)
         return
+    # float32: one task per (batch entry, kv head, query row), its kv head's query heads cut
+    # into chunks when there are fewer such tasks than threads
+    groups = n_b * k.shape[1] * t_len
+    parts = pool.parts(groups * (n_h // k.shape[1]), work >> 1)
+    chunks = min(n_h // k.shape[1], -(-parts // groups))
+    if parts > 1 and t_len <= _SPLIT_MAX_QUERIES:
+        _sdpa32_split(*args, chunks, parts)
+        return
+    _per_task(_sdpa32, (*args, chunks), groups * chunks, work)
+
+
+def _per_task(kernel: Any, args: tuple[Any, ...], tasks: int, work: int) -> None:
+    """``kernel(*args, lo, hi)`` over ``range(tasks)``, split over the pool when it pays."""
     if work >> 4 < pool.MIN_SPLIT:  # (decode at a short context: no closure, no pool)
-        kernel(*args, 0, n_b * n_h)
+        kernel(*args, 0, tasks)
         return
-    # NOTE: one task per (batch, head); a task's multiply-adds count 1/16 of an element.
-    pool.parallel_for(n_b * n_h, lambda lo, hi: kernel(*args, lo, hi), work=work >> 4)
+    # NOTE: a task's multiply-adds count 1/16 of an element
+    pool.parallel_for(tasks, lambda lo, hi: kernel(*args, lo, hi), work=work >> 4)
 
 
 @jit()
