@@ -98,3 +98,19 @@ def test_non_finite_activations_propagate_as_in_the_reference(fmt: str, m: int) 
         want = x @ quant_blocks.dequantize(blocks, fmt).T
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(out), np.isinf(want))
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 7, 16, 32])  # the 2 x 4 blocks, their edges, one row
+@pytest.mark.parametrize("split", [False, True])
+def test_float32_row_products_match_float64(m: int, split: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "_COUNT", [2])
+    if split:
+        monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    rng = np.random.default_rng(m)
+    x = rng.normal(size=(m, 53)).astype(np.float32)
+    w = rng.normal(size=(37, 53)).astype(np.float32)  # an odd count of weight rows
+    out = np.full((m, 37), np.nan, np.float32)
+    quant.gemv(x, w, out)
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

@@ -24,8 +24,10 @@ __all__ = ["dot_step", "qmatmul_step", "reference_step", "update_step"]
 
 #: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS, and
 #: the fewest weight elements for which that pays for loading numba (below, numpy's matmul, a
-#: few microseconds either way; `codegen.min_elements` 0 lifts it, as for every kernel).
-_GEMV_MAX_ROWS: Final = 4
+#: few microseconds either way; `codegen.min_elements` 0 lifts it, as for every kernel). A
+#: 4864 x 896 weight from memory on 2 threads against OpenBLAS: 16 rows 1.7-2.4 against
+#: 2.8-3.2 ms, 32 rows 2.7-3.2 against 3.1-3.7 ms, 48 rows 3.9-4.2 against 3.5-3.6 ms.
+_GEMV_MAX_ROWS: Final = 32
 _GEMV_MIN_WEIGHT: Final = 1 << 20
 
 
@@ -146,8 +148,12 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
     flops = 2.0 * b * m * n * k
 
     # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
+    # NOTE: also every product BLAS would split over its threads: their spinning workers
+    # then share the cores with the row products' (a 16-token prefill's 4864 x 896 products
+    # took 6.3 ms after a split BLAS product, against 1.8 ms)
+    big = n * k >= _GEMV_MIN_WEIGHT or flops >= threads.BLAS_PARALLEL_FLOPS
     matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
-              and n * k >= (_GEMV_MIN_WEIGHT if codegen.min_elements() else 0) and lid
+              and (big or not codegen.min_elements()) and lid
               and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
