@@ -24,11 +24,12 @@ __all__ = ["dot_step", "qmatmul_step", "reference_step", "update_step"]
 
 #: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS, and
 #: the fewest weight elements for which that pays for loading numba (below, numpy's matmul, a
-#: few microseconds either way; `codegen.min_elements` 0 lifts it, as for every kernel). A
-#: 4864 x 896 weight from memory on 2 threads against OpenBLAS: 16 rows 1.7-2.4 against
-#: 2.8-3.2 ms, 32 rows 2.7-3.2 against 3.1-3.7 ms, 48 rows 3.9-4.2 against 3.5-3.6 ms.
+#: few microseconds either way; `codegen.min_elements` 0 lifts it, as for every kernel).
+#: Measured from memory on 2 threads against OpenBLAS: a 4864 x 896 weight, 16 rows 1.7-2.4
+#: against 2.8-3.2 ms, 32 rows 2.7-3.2 against 3.1-3.7 ms, 48 rows 3.9-4.2 against 3.5-3.6 ms;
+#: one row of a 896 x 896 weight 123 against 186 us, of a 128 x 896 weight 31 against 33 us.
 _GEMV_MAX_ROWS: Final = 32
-_GEMV_MIN_WEIGHT: Final = 1 << 20
+_GEMV_MIN_WEIGHT: Final = 1 << 19
 
 
 #: Same-dtype arithmetic whose reference kernel is this numpy ufunc on every dtype but the
