@@ -487,10 +487,8 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         _sdpa_gemm(q, k, v, out, (add, keep, qpos, causal, kvlen, float(scale), float(softcap),
                                   has_add, has_keep))
         return
-    keys = s_len if kvlen < 0 else min(s_len, kvlen)  # (the keys the kernels read)
-    if causal:
-        keys = min(keys, int(qpos.max()) + 1)
-    work = n_b * n_h * t_len * max(keys, 1) * q.shape[3]
+    # (the work counts the keys the kernels read: a cache's used length, not its capacity)
+    work = n_b * n_h * t_len * (s_len if kvlen < 0 else max(min(s_len, kvlen), 1)) * q.shape[3]
     args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,
             has_keep, out)
     if q.dtype != np.float32:
@@ -500,8 +498,11 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     # into chunks when there are fewer such tasks than threads
     groups = n_b * k.shape[1] * t_len
     parts = pool.parts(groups * (n_h // k.shape[1]), work >> 1)
+    if parts == 1:  # (decode at a short context: no closure, no pool)
+        _sdpa32(*args, 1, 0, groups)
+        return
     chunks = min(n_h // k.shape[1], -(-parts // groups))
-    if parts > 1 and t_len <= _SPLIT_MAX_QUERIES:
+    if t_len <= _SPLIT_MAX_QUERIES:
         _sdpa32_split(*args, chunks, parts)
         return
     _per_task(_sdpa32, (*args, chunks), groups * chunks, work)
