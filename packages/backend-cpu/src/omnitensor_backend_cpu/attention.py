@@ -538,11 +538,13 @@ def _rotary(x: Any, cos: Any, sin: Any, period: int, interleaved: bool, out: Any
 
 def _table(table: Array, half_shape: tuple[int, ...], dtype: Any) -> tuple[Array, int]:
     """(rows of `table` as a 2-D C array of `dtype`, its period over the rows of x)."""
-    lead = table.shape[:-2] if table.ndim >= 2 else ()
-    if table.ndim >= 2 and all(n == 1 for n in lead) and table.shape[-2] == half_shape[-2] \
-            and table.shape[-1] == half_shape[-1]:
+    rows, width = half_shape[-2:]
+    if table.shape[-2:] == (rows, width) and table.size == rows * width:
         # the common case: one (T, D/2) table for every batch entry and head
-        return np.ascontiguousarray(table.reshape(half_shape[-2:]), dtype), half_shape[-2]
+        flat = table.reshape(rows, width)
+        if flat.dtype != dtype or not flat.flags.c_contiguous:
+            flat = np.ascontiguousarray(flat, dtype)
+        return flat, rows
     full = np.ascontiguousarray(np.broadcast_to(table, half_shape), dtype)
     return full.reshape(-1, half_shape[-1]), full.size // half_shape[-1]
 
