@@ -2,10 +2,11 @@
 
 Prefill and encoder attention (`GEMM_MIN_QUERIES` query rows or more) runs as two batched BLAS
 products around one fused row kernel that scales, soft-caps and masks the scores and takes their
-softmax in place. Decode attention runs one (batch, query head) pair per task: for each query
-row the scores against every key, the softmax and the weighted sum of values, without
-materializing the (T, S) score matrix or copying the KV cache (keys and values are read where
-they lie, in any layout). A soft cap (``softcap * tanh(s / softcap)``) applies to the scaled
+softmax in place. Decode attention runs one (batch entry, kv head, query row) per task, for
+all the query heads that share the kv head: the scores against every key, the softmax and the
+weighted sum of values, block by block of keys so that each block is read from memory once for
+all those heads, without copying the KV cache (keys and values are read where they lie, in any
+layout). A soft cap (``softcap * tanh(s / softcap)``) applies to the scaled
 scores before the mask. Keys the causal rule, the cache length or a boolean mask exclude get
 the lowest float as their score, as in the decomposition (so a row with no key left averages
 every value, as the reference does). Grouped-query heads read their shared KV head
