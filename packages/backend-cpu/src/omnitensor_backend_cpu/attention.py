@@ -43,58 +43,6 @@ def _key_limit(qpos: Any, t: int, causal: bool, kvlen: int, s_len: int) -> int:
 
 
 @jit(inline=True)
-def _head32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, h: int, kh: int,
-            out: Any, scores: Any) -> None:
-    t_len, d_len = q.shape[2], q.shape[3]
-    s_len, dv_len = k.shape[2], v.shape[3]
-    lowest = np.float32(np.finfo(np.float32).min)
-    sc = np.float32(scale)
-    cap = np.float32(softcap)
-    inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
-    keys, values = k[b, kh], v[b, kh]  # (S, D), (S, Dv): rows read where they lie
-    for t in range(t_len):
-        limit = _key_limit(qpos, t, causal, kvlen, s_len)
-        query, keep_row, add_row, dst = q[b, h, t], keep[b, h, t], add[b, h, t], out[b, h, t]
-        m = np.float32(-np.inf)
-        for s in range(s_len):
-            ok = s < limit
-            if has_keep:
-                ok = ok and keep_row[s]
-            if ok:
-                key = keys[s]
-                acc = np.float32(0.0)
-                for d in range(d_len):
-                    acc += query[d] * key[d]
-                value = acc * sc
-                if softcap > 0:
-                    value = cap * tanh32f(value * inv_cap)
-                if has_add:
-                    value = value + add_row[s]
-            else:
-                value = lowest
-            scores[s] = value
-            m = value if value > m else m
-        # NaN scores (from the inputs or an additive mask) make the row NaN, as in the reference.
-        # Keys from `limit` on (a cache's unused capacity) weigh exp(lowest - m) = 0 exactly
-        # unless every key is masked (then all weigh the same), so they are skipped.
-        end = limit if limit > 0 and m > lowest else s_len
-        total = np.float32(0.0)
-        for s in range(end):
-            e = softmax_weight32f(scores[s] - m)
-            scores[s] = e
-            total += e
-        inv = np.float32(1.0) / total
-        for d in range(dv_len):
-            dst[d] = 0.0
-        for s in range(end):
-            p = scores[s] * inv
-            row = values[s]
-            for d in range(dv_len):
-                dst[d] += p * row[d]
-
-
-@jit(inline=True)
 def _normalize64(row: Any, m: float, nan: bool) -> None:
     """`row` becomes its softmax in place, given its maximum `m` (all NaN when `nan`)."""
     m = np.nan if nan else m
@@ -150,7 +98,7 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
 _BLOCK: Final = 64
 
 
-@jit(inline=True)
+@jit()
 def _dots(query: Any, keys: Any, row: Any, s0: int, s1: int) -> None:
     """Row[s] = query . keys[s] for s in [s0, s1), four keys per pass over the query."""
     d_len = query.shape[0]
@@ -175,7 +123,7 @@ def _dots(query: Any, keys: Any, row: Any, s0: int, s1: int) -> None:
         s += 1
 
 
-@jit(inline=True)
+@jit()
 def _weigh(row: Any, values: Any, dst: Any, s0: int, s1: int) -> None:
     """Dst += row[s] * values[s] for s in [s0, s1), four values per pass over dst."""
     dv_len = dst.shape[0]
@@ -193,13 +141,16 @@ def _weigh(row: Any, values: Any, dst: Any, s0: int, s1: int) -> None:
         s += 1
 
 
-@jit(inline=True)
+@jit()
 def _weights(row: Any, n: int, add_row: Any, keep_row: Any, scale: float, softcap: float,
-             has_add: bool, has_keep: bool) -> bool:
-    """Raw scores row[:n] become softmax weights in place; False if no key is left.
+             has_add: bool, has_keep: bool) -> int:
+    """Raw scores row[:n] become softmax weights over the keys [0, end) in place; returns end.
 
-    The scores are scaled, soft-capped and masked as in `_head32`; a NaN score makes every
-    weight NaN, as in the reference.
+    The scores are scaled and soft-capped, and masked keys get the lowest float, as in the
+    decomposition; a NaN score makes every weight NaN. Keys from n on (the causal rule, the
+    cache length) are the lowest float there too: they weigh exactly 0 unless no key is left
+    (every score the lowest or -inf), and then they count as the decomposition counts them
+    (e**0 = 1 each, end = the row's full length).
     """
     lowest = np.float32(np.finfo(np.float32).min)
     sc = np.float32(scale)
@@ -216,23 +167,29 @@ def _weights(row: Any, n: int, add_row: Any, keep_row: Any, scale: float, softca
             value = lowest
         row[s] = value
         m = value if value > m else m
+    end = n
     if not m > lowest:
-        return False
+        m, end = lowest, row.shape[0]
+        for s in range(n, end):
+            row[s] = lowest
     total = np.float32(0.0)
-    for s in range(n):
+    for s in range(end):
         e = softmax_weight32f(row[s] - m)
         row[s] = e
         total += e
     inv = np.float32(1.0) / total
-    for s in range(n):
+    for s in range(end):
         row[s] *= inv
-    return True
+    return end
 
 
+# NOTE: the grouped kernel's parts are plain calls, not inlined at numba's level: inlined into
+# both the serial and the OpenMP entry points they took 13 and 29 s to compile on a cold cache,
+# and ran no faster.
 @jit(inline=True)
 def _group32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
              scale: float, softcap: float, has_add: bool, has_keep: bool, b: int, kh: int,
-             t: int, h_lo: int, h_hi: int, out: Any, scores: Any, plain: Any) -> None:
+             t: int, h_lo: int, h_hi: int, out: Any, scores: Any, ends: Any) -> None:
     # query row t of heads [h_lo, h_hi), which share kv head kh: each block of keys, then of
     # values, is read from memory once for all of them (not once per query head)
     keys, values = k[b, kh], v[b, kh]
@@ -240,31 +197,32 @@ def _group32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: boo
     for s0 in range(0, n, _BLOCK):
         for h in range(h_lo, h_hi):
             _dots(q[b, h, t], keys, scores[h - h_lo], s0, min(s0 + _BLOCK, n))
+    last = 0
     for h in range(h_lo, h_hi):
-        plain[h - h_lo] = not _weights(scores[h - h_lo], n, add[b, h, t], keep[b, h, t],
-                                       scale, softcap, has_add, has_keep)
-        if plain[h - h_lo]:  # no key left: the reference's average of every value
-            _head32(q[:, :, t:t + 1], k, v, add[:, :, t:t + 1], keep[:, :, t:t + 1],
-                    qpos[t:t + 1], causal, kvlen, scale, softcap, has_add, has_keep, b, h, kh,
-                    out[:, :, t:t + 1], scores[h - h_lo])
-        else:
-            out[b, h, t, :] = 0.0
-    for s0 in range(0, n, _BLOCK):
+        end = _weights(scores[h - h_lo], n, add[b, h, t], keep[b, h, t], scale, softcap,
+                       has_add, has_keep)
+        ends[h - h_lo] = end
+        last = max(last, end)
+        dst = out[b, h, t]
+        for d in range(dst.shape[0]):
+            dst[d] = 0.0
+    for s0 in range(0, last, _BLOCK):
         for h in range(h_lo, h_hi):
-            if not plain[h - h_lo]:
-                _weigh(scores[h - h_lo], values, out[b, h, t], s0, min(s0 + _BLOCK, n))
+            if s0 < ends[h - h_lo]:
+                _weigh(scores[h - h_lo], values, out[b, h, t], s0,
+                       min(s0 + _BLOCK, ends[h - h_lo]))
 
 
-@jit(inline=True)
-def _tasks32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-             scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any,
-             chunks: int, lo: int, hi: int) -> None:
+@jit()
+def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+            scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any, chunks: int,
+            lo: int, hi: int) -> None:
     # task = (batch entry, kv head, query row, chunk of the kv head's query heads)
     n_kv, t_len = k.shape[1], q.shape[2]
     g = q.shape[1] // n_kv
     width = -(-g // chunks)
     scores = np.empty((width, k.shape[2]), np.float32)
-    plain = np.empty(width, np.bool_)
+    ends = np.empty(width, np.int64)
     for task in range(lo, hi):
         c = task % chunks
         t = task // chunks % t_len
@@ -274,15 +232,7 @@ def _tasks32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: boo
         h_hi = min(h_lo + width, kh * g + g)
         if h_lo < h_hi:
             _group32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
-                     has_keep, b, kh, t, h_lo, h_hi, out, scores, plain)
-
-
-@jit()
-def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
-            scale: float, softcap: float, has_add: bool, has_keep: bool, out: Any, chunks: int,
-            lo: int, hi: int) -> None:
-    _tasks32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep, out,
-             chunks, lo, hi)
+                     has_keep, b, kh, t, h_lo, h_hi, out, scores, ends)
 
 
 #: Most query rows for which a split per-row attention runs on numba's OpenMP workers (decode
@@ -301,8 +251,8 @@ def _sdpa32_split(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal
     tasks = q.shape[0] * k.shape[1] * q.shape[2] * chunks
     step = -(-tasks // parts)
     for part in prange(parts):
-        _tasks32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep,
-                 out, chunks, part * step, min(tasks, part * step + step))
+        _sdpa32(q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep,
+                out, chunks, part * step, min(tasks, part * step + step))
 
 
 @jit()

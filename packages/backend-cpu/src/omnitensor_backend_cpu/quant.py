@@ -330,11 +330,12 @@ def _f32_dots(x: Any, w: Any, out: Any, m: int, lo: int, hi: int) -> None:
             out[r, n] = acc
 
 
-@jit(inline=True)
+@jit()
 def _f32_rows(x: Any, w: Any, out: Any, lo: int, hi: int) -> None:
     # Two weight rows by four activation rows per pass over K: eight sums, and each element
     # loaded serves two (weight) or four (activation) multiply-adds. The two weight rows stay
     # in L1 across the passes over the activation rows, so the weight streams from memory once.
+    # (A call, not inlined: the serial and the OpenMP entry points then compile it once.)
     m_rows, k = x.shape
     n = lo
     while n + 2 <= hi:
