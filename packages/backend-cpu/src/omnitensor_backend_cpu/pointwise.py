@@ -85,8 +85,9 @@ def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None
     flat_up = flat_x if up is None else np.ascontiguousarray(up).reshape(-1)
     flat_out = out.reshape(-1)
     gated = up is not None
-    kernel: Any = _KERNELS32[mode]
-    if x.dtype != np.float32:
+    if x.dtype == np.float32:
+        kernel: Any = _KERNELS32[mode]
+    else:
 
         def kernel(a: Array, b: Array, c: Array, g: bool) -> None:
             _act64_all(a, b, c, g, mode)
