@@ -99,3 +99,30 @@ def test_unrelated_tensors_stay_valid() -> None:
     f(x, ot.tensor(np.ones((2, 3))))
     np.testing.assert_array_equal(keep.numpy(), np.zeros((2, 3)))
     np.testing.assert_array_equal(other.numpy(), np.zeros((4, 3)))
+
+
+def test_donated_memory_read_by_a_captured_tensor_is_copied() -> None:
+    x = _donor()
+    seen = x[0:2].realize()  # a view of x's memory that the function reads from outside
+
+    def update_then_read(c: ot.Tensor) -> tuple[ot.Tensor, ot.Tensor]:
+        c[0:2] = ot.ones((2, 3), dtype=c.dtype)
+        return c, seen * 2.0
+
+    f = ot.compile(update_then_read, donate=(0,))
+    y, doubled = f(x)
+    np.testing.assert_array_equal(doubled.numpy(), np.zeros((2, 3)))
+    np.testing.assert_array_equal(y.numpy()[:, 0], [1, 1, 0, 0])
+
+
+def test_captured_tensor_donated_elsewhere_raises_at_the_next_call() -> None:
+    update = ot.compile(_update, donate=(0,))
+    update(_donor(), ot.tensor(np.ones((2, 3))))  # traced first (tracing rebinds handles)
+    w = _donor()
+    plus_w = ot.compile(lambda a: a + w)  # captures w
+    for _ in range(2):
+        np.testing.assert_array_equal(plus_w(ot.tensor(np.ones((4, 3)))).numpy(),
+                                      np.ones((4, 3)))
+    update(w, ot.tensor(np.ones((2, 3))))  # rebinds no handle: only w's deletion tells
+    with pytest.raises(OmnitensorError, match="donated"):
+        plus_w(ot.tensor(np.ones((4, 3))))

@@ -68,8 +68,16 @@ def read_only(array: Array) -> Array:
 
 def hand_out(outputs: Sequence[Array], inputs: Sequence[Array]) -> list[Array]:
     """Run outputs made read-only; outputs that are inputs themselves are returned as they are."""
-    input_ids = {id(x) for x in inputs}
-    return [out if id(out) in input_ids else read_only(out) for out in outputs]
+    # NOTE: most outputs are fresh arrays or read-only inputs; the inputs' ids (a decode step
+    # has ~270) are only collected when some output is writable
+    input_ids: set[int] | None = None
+    for out in outputs:
+        if out.flags.writeable:
+            if input_ids is None:
+                input_ids = {id(x) for x in inputs}
+            if id(out) not in input_ids:
+                out.setflags(write=False)
+    return list(outputs)
 
 
 class HostArrayBackend(Backend):

@@ -129,16 +129,31 @@ def rebind(handle: Any, node: Node, index: int) -> None:
     rebinds += 1
 
 
+#: How many times a realized node has been marked deleted (`delete`). A compiled call reuses
+#: the buffers of the tensors it captured only while neither this nor `rebinds` moved.
+deletions = 0
+
+
+def delete(node: Node) -> None:
+    """Mark `node`'s buffers as given up (donated, or overwritten through a donated view)."""
+    global deletions
+    node.deleted = True
+    deletions += 1
+
+
 def _track_aliases(node: Node) -> None:
     """Register `node` under the storages of those of its buffers that are views."""
     global _prune_at
     backend = node.backend
     if backend is None or node.buffers is None:
         return
-    # NOTE: this runs for every result of every call (a decode step has ~50); most own their
-    # memory, and that case is kept to one storage lookup per buffer
-    storages = tuple([backend.storage(buf) for buf in node.buffers])
-    views = [i for i, buf in enumerate(node.buffers) if storages[i] is not buf]
+    # NOTE: this runs for every result of every call (a decode step has ~50); most are one
+    # buffer that owns its memory, and that case is kept to one storage lookup
+    buffers = node.buffers
+    if len(buffers) == 1 and backend.storage(buffers[0]) is buffers[0]:
+        return
+    storages = tuple([backend.storage(buf) for buf in buffers])
+    views = [i for i, buf in enumerate(buffers) if storages[i] is not buf]
     if not views:
         return
     node.storages = storages

@@ -156,6 +156,26 @@ class _Signature:
 
 
 @dataclass
+class _Bound:
+    """A trace's captured tensors (weights) as looked up at one `epoch`.
+
+    A decode step captures ~220 weights and passes ~50 arguments; looking the weights up,
+    checking and unwrapping them again at every call was a third of its Python overhead.
+    Nothing but a rebinding (`graph.rebinds`) or a deletion (`graph.deletions`) can change
+    what they resolve to, so both counters are the epoch.
+    """
+
+    epoch: tuple[int, int]
+    #: refs and buffers by input position (argument positions are filled at each call)
+    refs: list[Ref]
+    buffers: list[Any]
+    #: ids of the captured buffers' storages: a donated argument sharing one is not written
+    storages: frozenset[int]
+    #: ids of the captured nodes: a call that donates one of them ends this epoch
+    nodes: frozenset[int]
+
+
+@dataclass
 class _Trace:
     """One traced signature: the plan and how to feed and unpack it."""
 
@@ -172,19 +192,16 @@ class _Trace:
     grads_cleared: list[weakref.ref[Tensor]] = field(default_factory=list)
     #: owners whose gradient the trace read on entry, with its type then (None: no gradient)
     guards: list[tuple[weakref.ref[Tensor], Any]] = field(default_factory=list)
-    #: (buffer, its backend storage) by input position, as last seen (`_writable_in_place`)
-    storages: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     #: input positions of the function's arguments (the rest are captured tensors)
     arguments: frozenset[int] = frozenset()
     #: (input position, argument leaf) of each argument, and (position, sources) of each
     #: captured tensor a handle may have rebound: `_inputs`'s loops, prepared once
     placed: list[tuple[int, int]] = field(init=False)
     watched: list[tuple[int, list[Callable[[], Tensor | None]]]] = field(init=False)
-
-    #: the captured tensors' values as last looked up, and `graph.rebinds` then
-    resolved: list[Ref] | None = None
-    resolved_at: int = -1
-    #: every source is a tensor handle (no gradient of one): `resolved` may be reused
+    captured: list[int] = field(init=False)
+    #: the captured tensors as last looked up (`_bind`), reused while its epoch is current
+    bound: _Bound | None = None
+    #: every source is a tensor handle (no gradient of one): `bound` may be reused
     only_handles: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -193,6 +210,7 @@ class _Trace:
         self.placed = [(pos, self.leaves[pos][0].placeholder or 0)
                        for pos in sorted(self.arguments)]
         self.watched = sorted(self.handles.items())
+        self.captured = [pos for pos in range(len(self.leaves)) if pos not in self.arguments]
 
     def matches(self) -> bool:
         """True when every gradient the trace read on entry is present (or absent) as then."""
@@ -352,47 +370,68 @@ class CompiledFunction(Generic[P, R]):
                       [r for r in rebound if r() is not None], grads_set, grads_cleared, guards,
                       arguments=arguments)
 
-    def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]) -> tuple[list[Ref], list[Any]]:
-        # NOTE: the captured tensors' current values, looked up again only when some handle
-        # was rebound since the last call (a decode step captures ~220 weights, which
-        # nothing rebinds); a gradient source can change without a rebinding: always looked up
-        if trace.resolved_at == graph.rebinds and trace.resolved is not None:
-            refs = list(trace.resolved)
-        else:
-            refs = list(trace.leaves)
-            for pos, sources in trace.watched:
-                node, index = refs[pos]
-                for source in sources:
-                    handle = source()
-                    if handle is None:
-                        continue
-                    if handle._node is node and handle._index == index:  # not rebound
-                        break
-                    if handle._node.types[handle._index] == node.types[index]:
-                        refs[pos] = (handle._node, handle._index)
-                        break
-            if trace.only_handles:
-                trace.resolved, trace.resolved_at = list(refs), graph.rebinds
-        for pos, placeholder in trace.placed:
-            refs[pos] = arg_leaves[placeholder]._ref()
-        realize_refs(refs)
-        return refs, leaf_buffers(refs, trace.backend)
+    @staticmethod
+    def _bind(trace: _Trace) -> _Bound:
+        """Look up the captured tensors' current values (a handle may have been rebound)."""
+        epoch = (graph.rebinds, graph.deletions)
+        refs = list(trace.leaves)
+        for pos, sources in trace.watched:
+            node, index = refs[pos]
+            for source in sources:
+                handle = source()
+                if handle is None:
+                    continue
+                if handle._node is node and handle._index == index:  # not rebound
+                    break
+                if handle._node.types[handle._index] == node.types[index]:
+                    refs[pos] = (handle._node, handle._index)
+                    break
+        captured = [refs[pos] for pos in trace.captured]
+        realize_refs(captured)
+        buffers: list[Any] = [None] * len(refs)
+        for pos, buf in zip(trace.captured, leaf_buffers(captured, trace.backend), strict=True):
+            buffers[pos] = buf
+        bound = _Bound(epoch, refs, buffers,
+                       frozenset(id(trace.backend.storage(buffers[pos]))
+                                 for pos in trace.captured),
+                       frozenset(id(node) for node, _ in captured))
+        # a gradient source can change without a rebinding: looked up at every call
+        if trace.only_handles and epoch == (graph.rebinds, graph.deletions):
+            trace.bound = bound
+        return bound
+
+    def _inputs(self, trace: _Trace, arg_leaves: list[Tensor]
+                ) -> tuple[list[Ref], list[Any], _Bound]:
+        bound = trace.bound
+        if bound is None or bound.epoch != (graph.rebinds, graph.deletions):
+            bound = self._bind(trace)
+        refs, buffers = list(bound.refs), list(bound.buffers)
+        # (the arguments were realized by `__call__`)
+        arg_refs = [arg_leaves[placeholder]._ref() for _, placeholder in trace.placed]
+        for (pos, _), ref, buf in zip(trace.placed, arg_refs,
+                                      leaf_buffers(arg_refs, trace.backend), strict=True):
+            refs[pos], buffers[pos] = ref, buf
+        return refs, buffers, bound
 
     def _run(self, trace: _Trace, arg_leaves: list[Tensor], donated_leaves: frozenset[int]
              ) -> Any:
-        refs, buffers = self._inputs(trace, arg_leaves)
+        refs, buffers, bound = self._inputs(trace, arg_leaves)
         donated = frozenset(pos for pos in trace.arguments
                             if trace.leaves[pos][0].placeholder in donated_leaves)
         in_place, storages = _writable_in_place(trace.backend, buffers, donated,
-                                                trace.storages, trace.arguments)
+                                                trace.arguments, bound.storages)
         outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=in_place)
         stats.cache_hits += 1
-        for pos in donated:
-            arg_leaves[trace.leaves[pos][0].placeholder or 0]._node.deleted = True
-        for pos in in_place:
+        if donated:
+            epoch = (graph.rebinds, graph.deletions)
+            gone = [arg_leaves[trace.leaves[pos][0].placeholder or 0]._node for pos in donated]
             # Every live view of the memory that may have been overwritten goes with it.
-            for alias in aliases_of(storages[pos]):
-                alias.deleted = True
+            gone += [alias for pos in in_place for alias in aliases_of(storages[pos])]
+            for node in gone:
+                graph.delete(node)
+            if bound is trace.bound and bound.epoch == epoch \
+                    and not any(id(node) in bound.nodes for node in gone):
+                bound.epoch = (graph.rebinds, graph.deletions)  # none of its tensors went
         results = [Tensor(Node.from_buffer(buf, t.type, trace.backend)) for buf, t in
                    zip(outputs[: trace.n_outputs], trace.plan.function.outputs, strict=False)]
         n_rebound = len(trace.rebound)
@@ -419,12 +458,13 @@ class CompiledFunction(Generic[P, R]):
 
 
 def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[int],
-                       memo: dict[int, tuple[Any, Any]], arguments: frozenset[int]
+                       arguments: frozenset[int], captured: frozenset[int]
                        ) -> tuple[frozenset[int], dict[int, Any]]:
     """The donated positions the backend may write in place, and their storages.
 
-    `memo` holds (buffer, storage) by input position from earlier calls of the same trace,
-    except at `arguments` (the caller's tensors).
+    `arguments` are the input positions of the function's arguments; `captured` holds the
+    ids of the storages of the other inputs, the captured tensors (known from `_Bound`, so
+    only the arguments' storages are looked up at each call).
 
     A donated buffer that views memory it does not own (a slice of a larger tensor), or whose
     memory another input of the same call reads, is copied instead: writing it would change
@@ -432,22 +472,12 @@ def _writable_in_place(backend: Any, buffers: Sequence[Any], donated: frozenset[
     """
     if not donated:
         return donated, {}
-    storages = []
-    for pos, buf in enumerate(buffers):
-        # NOTE: a trace's weights come back as the same buffers call after call; walking
-        # each one's `.base` chain again was most of this function's time
-        known = memo.get(pos)
-        if known is not None and known[0] is buf:
-            storages.append(known[1])
-            continue
-        storage = backend.storage(buf)
-        if pos not in arguments:  # an argument's buffer: the memo would keep it alive
-            memo[pos] = (buf, storage)
-        storages.append(storage)
-    readers = Counter(map(id, storages))  # (a decode step donates ~50 of ~270 inputs)
+    storages = {pos: backend.storage(buffers[pos]) for pos in arguments}
+    readers = Counter(map(id, storages.values()))
     in_place = frozenset(
         pos for pos in donated
         if storages[pos] is buffers[pos] and readers[id(buffers[pos])] == 1
+        and id(buffers[pos]) not in captured
     )
     return in_place, {pos: storages[pos] for pos in in_place}
 
