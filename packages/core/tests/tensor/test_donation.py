@@ -126,3 +126,19 @@ def test_captured_tensor_donated_elsewhere_raises_at_the_next_call() -> None:
     update(w, ot.tensor(np.ones((2, 3))))  # rebinds no handle: only w's deletion tells
     with pytest.raises(OmnitensorError, match="donated"):
         plus_w(ot.tensor(np.ones((4, 3))))
+
+
+def test_call_donating_a_tensor_it_captures_raises_at_its_next_call() -> None:
+    w = _donor()
+
+    def update_plus_w(c: ot.Tensor, v: ot.Tensor) -> ot.Tensor:
+        c[0:2] = v
+        return c + w
+
+    f = ot.compile(update_plus_w, donate=(0,))
+    for _ in range(2):  # traced, then its captured tensors are kept
+        f(_donor(), ot.tensor(np.ones((2, 3))))
+    y = f(w, ot.tensor(np.ones((2, 3))))  # reads w (copied, not written) and donates it
+    np.testing.assert_array_equal(y.numpy()[:, 0], [1, 1, 0, 0])
+    with pytest.raises(OmnitensorError, match="donated"):
+        f(_donor(), ot.tensor(np.ones((2, 3))))
