@@ -26,7 +26,7 @@ import numpy as np
 
 from omnitensor.backend.host_memory import release
 
-from . import intdot, pool, threads
+from . import dequant, intdot, pool, threads
 from ._compat import jit, prange
 from .quant_more import MORE_FORMATS, pack_more
 
@@ -237,63 +237,24 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
     tile = max(16, min(n, _TILE_BYTES // (4 * k)))
     scratch = np.empty((tile, k), np.float32)
     mins = _NO_MINS if packed.mins is None else packed.mins  # one per scale sub-block
-    quants = packed.stored
-    dequantize = _dequantize_nibbles if packed.nibbles is not None else (
-        _dequantize32 if packed.shift == 5 else _dequantize16)
+    quants, shift = packed.stored, packed.shift
     threads.blas_for(2.0 * x.shape[0] * n * k)
     for lo in range(0, n, tile):
         hi = min(lo + tile, n)
         w = scratch[: hi - lo]
 
         def rows(first: int, last: int, lo: int = lo, w: Array = w) -> None:
-            dequantize(quants, packed.d, mins, lo, w, first, last)
+            dequant.dequantize_rows(quants, packed.d, mins, lo, w, first, last, shift)
 
         pool.parallel_for(hi - lo, rows, work=w.size)
         np.matmul(x, w.T, out=out[:, lo:hi])
 
 
 # NOTE: a tile's dequantization by numpy (an int8 -> float32 cast, then a broadcast multiply,
-# on one thread) took 3-4 ms of a 4864 x 896 product's 12 ms at 128 rows. These split over the
-# pool's threads, not numba's OpenMP workers: those spin after a region and starved the BLAS
-# threads that run next (the product took 40 ms).
-
-
-@jit(inline=True)
-def _dequantize_rows(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
-                     shift: int) -> None:
-    k = out.shape[1]
-    for r in range(first, last):
-        n = lo + r
-        for b in range(k >> shift):
-            scale = d[n, b]
-            offset = mins[n, b] if mins.shape[1] else np.float32(0.0)
-            for j in range(b << shift, (b + 1) << shift):
-                out[r, j] = np.float32(qs[n, j]) * scale - offset
-
-
-@jit()
-def _dequantize32(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int) -> None:
-    _dequantize_rows(qs, d, mins, lo, out, first, last, 5)
-
-
-@jit()
-def _dequantize16(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int) -> None:
-    _dequantize_rows(qs, d, mins, lo, out, first, last, 4)
-
-
-@jit()
-def _dequantize_nibbles(nibbles: Any, d: Any, mins: Any, lo: int, out: Any, first: int,
-                        last: int) -> None:
-    k = out.shape[1]
-    for r in range(first, last):
-        n = lo + r
-        for b in range(k >> 5):
-            scale = d[n, b]
-            offset = mins[n, b] if mins.shape[1] else np.float32(0.0)
-            for i in range(16):  # byte i: weight i (low nibble), weight 16 + i (high)
-                byte = nibbles[n, b * 16 + i]
-                out[r, b * 32 + i] = np.float32(byte & 15) * scale - offset
-                out[r, b * 32 + 16 + i] = np.float32(byte >> 4) * scale - offset
+# on one thread) took 3-4 ms of a 4864 x 896 product's 12 ms at 128 rows; numba loops were no
+# faster (scalar conversions, see `dequant`). The tiles split over the pool's threads, not
+# numba's OpenMP workers: those spin after a region and starved the BLAS threads that run next
+# (the product took 40 ms).
 
 
 def _integer(x: Array, packed: Packed, mins: Array, out: Array) -> bool:
