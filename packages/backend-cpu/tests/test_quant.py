@@ -12,7 +12,7 @@ from omnitensor.ir import quant_blocks
 from omnitensor.ir.builder import Builder
 from omnitensor.ir.interpret import evaluate
 from omnitensor.ir.types import QTensorType, TensorType
-from omnitensor_backend_cpu import plugin, pool, quant, threads
+from omnitensor_backend_cpu import dequant, plugin, pool, quant, threads
 from omnitensor_backend_cpu.backend import CpuBackend
 
 FORMATS = ["q8_0", "q4_0", "q4_k", "q6_k"]
@@ -29,6 +29,21 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
     if packed.mins is not None:
         values -= np.repeat(packed.mins, 32, axis=1)
     np.testing.assert_array_equal(values, quant_blocks.dequantize(blocks, fmt))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tile_dequantization_is_exact(fmt: str) -> None:
+    """The BLAS tiles' vector dequantization: every format's layout, any rows of a tile."""
+    rng = np.random.default_rng(4)
+    n, k = 9, 512
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
+    packed = quant.pack(blocks, fmt, (n, k))
+    mins = np.zeros((n, 0), np.float32) if packed.mins is None else packed.mins
+    tile = np.full((5, k), np.nan, np.float32)
+    dequant.dequantize_rows(packed.stored, packed.d, mins, 3, tile, 1, 4, packed.shift)
+    expected = quant_blocks.dequantize(blocks, fmt)
+    np.testing.assert_array_equal(tile[1:4], expected[4:7])  # weight rows lo + r
+    assert np.isnan(tile[0]).all() and np.isnan(tile[4]).all()  # rows outside: untouched
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
