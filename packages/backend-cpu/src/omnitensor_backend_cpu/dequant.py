@@ -20,6 +20,7 @@ from numba import types as _types
 from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
+from .irblocks import load_quants, splat
 
 __all__ = ["dequantize_rows"]
 
@@ -29,14 +30,7 @@ intrinsic: Any = _intrinsic
 
 Array = np.ndarray[Any, Any]
 
-_I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
-
-
-def _splat(builder: Any, value: Any, lanes: int) -> Any:
-    vf = ir.VectorType(_F32, lanes)
-    one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined),
-                                  ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
+_F32 = ir.FloatType()
 
 
 def _block_kernel(shift: int) -> Any:
@@ -69,25 +63,12 @@ def _block_kernel(shift: int) -> Any:
             start = builder.shl(blk, ir.Constant(blk.type, shift))
             k = builder.extract_value(o_arr.shape, 1)
             q_cols = builder.extract_value(q_arr.shape, 1)
-            q_at = builder.add(builder.mul(row, q_cols),
-                               builder.ashr(start, ir.Constant(start.type, 1)) if nibbles
-                               else start)
-            if nibbles:
-                raw = builder.load(builder.bitcast(builder.gep(q_arr.data, [q_at]),
-                                                   ir.VectorType(_I8, 16).as_pointer()),
-                                   align=1)
-                low = builder.and_(raw, ir.Constant(ir.VectorType(_I8, 16), [15] * 16))
-                high = builder.lshr(raw, ir.Constant(ir.VectorType(_I8, 16), [4] * 16))
-                q = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32),
-                                                                  list(range(32))))
-                values = builder.uitofp(q, ir.VectorType(_F32, size))
-            else:
-                q = builder.load(builder.bitcast(builder.gep(q_arr.data, [q_at]),
-                                                 ir.VectorType(_I8, size).as_pointer()),
-                                 align=1)
-                values = builder.sitofp(q, ir.VectorType(_F32, size))
-            scaled = builder.fsub(builder.fmul(values, _splat(builder, scale, size)),
-                                  _splat(builder, offset, size))
+            q = load_quants(builder, builder.gep(q_arr.data, [builder.mul(row, q_cols)]), start,
+                            size, nibbles)
+            to_float = builder.uitofp if nibbles else builder.sitofp
+            values = to_float(q, ir.VectorType(_F32, size))
+            scaled = builder.fsub(builder.fmul(values, splat(builder, scale, size)),
+                                  splat(builder, offset, size))
             o_at = builder.add(builder.mul(out_row, k), start)
             builder.store(scaled, builder.bitcast(builder.gep(o_arr.data, [o_at]),
                                                   ir.VectorType(_F32, size).as_pointer()),

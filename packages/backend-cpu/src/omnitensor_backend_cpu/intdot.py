@@ -27,6 +27,7 @@ from numba.extending import intrinsic as _intrinsic
 
 from . import pool
 from ._compat import jit, prange
+from .irblocks import load_quants, splat
 
 __all__ = ["SHIFTS", "quantize_rows", "run"]
 
@@ -68,13 +69,6 @@ def _lanes(builder: Any, vec: Any, lo: int, count: int) -> Any:
 def _strided(builder: Any, vec: Any, start: int, count: int) -> Any:
     return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
                                                         list(range(start, 2 * count, 2))))
-
-
-def _splat(builder: Any, value: Any) -> Any:
-    vf = ir.VectorType(_F32, _LANES)
-    one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined),
-                                  ir.Constant(ir.VectorType(_I32, _LANES), [0] * _LANES))
 
 
 def _dot_kernel(shift: int, rows: int) -> Any:
@@ -123,21 +117,8 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             with cgutils.for_range(builder, blocks) as loop:
                 b = loop.index
                 at = builder.shl(b, ir.Constant(b.type, shift))
-                if nibbles:
-                    half = builder.ashr(at, ir.Constant(at.type, 1))
-                    raw = builder.load(builder.bitcast(builder.gep(q_row, [half]),
-                                                       ir.VectorType(_I8, 16).as_pointer()),
-                                       align=1)
-                    low = builder.and_(raw, ir.Constant(ir.VectorType(_I8, 16), [15] * 16))
-                    high = builder.lshr(raw, ir.Constant(ir.VectorType(_I8, 16), [4] * 16))
-                    q = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32),
-                                                                      list(range(32))))
-                    qw = builder.zext(q, wide)
-                else:
-                    q = builder.load(builder.bitcast(builder.gep(q_row, [at]),
-                                                     ir.VectorType(_I8, size).as_pointer()),
-                                     align=1)
-                    qw = builder.sext(q, wide)
+                q = load_quants(builder, q_row, at, size, nibbles)
+                qw = builder.zext(q, wide) if nibbles else builder.sext(q, wide)
                 first = builder.ashr(at, ir.Constant(at.type, 1)) if nibbles else at
                 _prefetch(builder, builder.gep(q_row, [
                     builder.add(first, ir.Constant(at.type, _PREFETCH_BYTES))]))
@@ -156,7 +137,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                         s = builder.add(_lanes(builder, s, 0, width),
                                         _lanes(builder, s, width, width))
                     scale = builder.fmul(dq, builder.load(builder.gep(xd_row, [b])))
-                    term = builder.fmul(builder.sitofp(s, vf), _splat(builder, scale),
+                    term = builder.fmul(builder.sitofp(s, vf), splat(builder, scale, _LANES),
                                         flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
             values = []

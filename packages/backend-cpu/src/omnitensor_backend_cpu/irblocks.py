@@ -1,0 +1,38 @@
+"""LLVM IR pieces shared by the block intrinsics (`intdot`'s dot products, `dequant`'s tiles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir
+
+__all__ = ["load_quants", "splat"]
+
+_I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
+
+
+def load_quants(builder: Any, row: Any, start: Any, size: int, nibbles: bool) -> Any:
+    """The `size` quants of a weight row from column `start` on, as one ``<size x i8>``.
+
+    `row` points at the row's first byte. With `nibbles` (sub-blocks of 32 only) the row holds
+    two quants 0..15 per byte, `quant.nibble_pack`'s layout: in each block, byte i holds quant
+    i in its low nibble and quant 16 + i in its high one. Otherwise one int8 per quant.
+    """
+    if not nibbles:
+        return builder.load(builder.bitcast(builder.gep(row, [start]),
+                                            ir.VectorType(_I8, size).as_pointer()), align=1)
+    half = builder.ashr(start, ir.Constant(start.type, 1))
+    raw = builder.load(builder.bitcast(builder.gep(row, [half]),
+                                       ir.VectorType(_I8, 16).as_pointer()), align=1)
+    low = builder.and_(raw, ir.Constant(ir.VectorType(_I8, 16), [15] * 16))
+    high = builder.lshr(raw, ir.Constant(ir.VectorType(_I8, 16), [4] * 16))
+    return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32),
+                                                         list(range(32))))
+
+
+def splat(builder: Any, value: Any, lanes: int) -> Any:
+    """A float32 `value` in every one of `lanes` lanes."""
+    vf = ir.VectorType(_F32, lanes)
+    one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
