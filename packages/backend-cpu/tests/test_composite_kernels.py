@@ -108,20 +108,24 @@ def _attention(q: Array, k: Array, v: Array, scale: float, keep: Array,
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("capacity,used", [(32, 10), (4096, 3000)])  # one thread; split heads
-def test_attention_decode_against_a_cache(dtype: Any, capacity: int, used: int,
+# head sizes: vector rows (16, 128: two register groups of values, 80: a group and two single
+# vectors), and 12, not a multiple of 8 (numba's loops)
+@pytest.mark.parametrize("head", [16, 12, 80, 128])
+def test_attention_decode_against_a_cache(dtype: Any, capacity: int, used: int, head: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from omnitensor_backend_cpu import threads
 
     monkeypatch.setattr(threads, "_COUNT", [2])  # a long cache splits heads over two workers
     rng = np.random.default_rng(3)
-    q = rng.normal(size=(2, 6, 1, 16)).astype(dtype)
-    cache_k = rng.normal(size=(2, 2, capacity, 16)).astype(dtype)
-    cache_v = rng.normal(size=(2, 2, capacity, 16)).astype(dtype)
-    out = np.empty((2, 6, 1, 16), dtype)
+    q = rng.normal(size=(2, 6, 1, head)).astype(dtype)
+    cache_k = rng.normal(size=(2, 2, capacity, head)).astype(dtype)
+    cache_v = rng.normal(size=(2, 2, capacity, head)).astype(dtype)
+    out = np.empty((2, 6, 1, head), dtype)
     attention.sdpa(q, cache_k, cache_v, out, scale=0.25, q_positions=np.array([used - 1]),
                    kv_length=used, causal=True)
     keep = np.arange(capacity) < used
-    assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 1e-6
+    # (float32 scores of 128-wide heads over 3000 keys: 1.2-1.3e-6, in numba's loops as in IR)
+    assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 2e-6
 
 
 @pytest.mark.parametrize("t_len", [1, 3])

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import pool, threads
+from . import attnblocks, pool, threads
 from ._compat import jit, prange
 from .mathlib import softmax_weight32f, tanh32f
 from .rowops import _softmax_row32
@@ -98,11 +98,26 @@ def _head64(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
 _BLOCK: Final = 64
 
 
+@jit(inline=True)
+def _vector_rows(a: Any, b: Any) -> bool:
+    """Whether `attnblocks` may read rows of `a` and `b` (contiguous, a multiple of 8 long)."""
+    return bool(a.shape[-1] % attnblocks.LANES == 0 and a.strides[-1] == a.itemsize
+                and b.strides[-1] == b.itemsize)
+
+
 @jit()
 def _dots(query: Any, keys: Any, row: Any, s0: int, s1: int) -> None:
-    """Row[s] = query . keys[s] for s in [s0, s1), four keys per pass over the query."""
+    """Row[s] = query . keys[s] for s in [s0, s1).
+
+    Eight keys at a time in `attnblocks` where the rows allow it, else four keys per pass over
+    the query.
+    """
     d_len = query.shape[0]
     s = s0
+    if _vector_rows(query, keys) and row.strides[0] == row.itemsize:
+        while s + attnblocks.LANES <= s1:
+            attnblocks.dots8(query, keys, row, s)
+            s += attnblocks.LANES
     while s + 4 <= s1:
         k0, k1, k2, k3 = keys[s], keys[s + 1], keys[s + 2], keys[s + 3]
         a0 = a1 = a2 = a3 = np.float32(0.0)
@@ -125,7 +140,14 @@ def _dots(query: Any, keys: Any, row: Any, s0: int, s1: int) -> None:
 
 @jit()
 def _weigh(row: Any, values: Any, dst: Any, s0: int, s1: int) -> None:
-    """Dst += row[s] * values[s] for s in [s0, s1), four values per pass over dst."""
+    """Dst += row[s] * values[s] for s in [s0, s1).
+
+    `dst` held in registers by `attnblocks` where the rows allow it, else four values per pass
+    over dst.
+    """
+    if _vector_rows(dst, values):
+        attnblocks.weigh(row, values, dst, s0, s1)
+        return
     dv_len = dst.shape[0]
     s = s0
     while s + 4 <= s1:
