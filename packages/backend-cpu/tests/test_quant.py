@@ -24,7 +24,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
     n, k = 6, 512
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
     packed = quant.pack(blocks, fmt, (n, k))
-    scales = np.repeat(packed.d, 1 << packed.shift, axis=1)
+    scales = np.repeat(packed.scales, 1 << packed.shift, axis=1)
     values = packed.qs.astype(np.float32) * scales
     if packed.mins is not None:
         values -= np.repeat(packed.mins, 32, axis=1)
@@ -94,6 +94,23 @@ def test_4_bit_weights_stay_4_bit(fmt: str) -> None:
     held = packed.nibbles.nbytes + packed.d.nbytes + (0 if packed.mins is None
                                                       else packed.mins.nbytes)
     assert held <= 1.6 * blocks.nbytes
+
+
+def test_q8_0_keeps_its_half_scales() -> None:
+    # where the CPU widens halves, Q8_0's scales stay the file's float16 bits: the repacked
+    # weight holds exactly the bytes of its ggml blocks (else float32 scales, 36/34 of them)
+    from omnitensor_backend_cpu._compat import HALF_CONVERSION
+
+    rng = np.random.default_rng(6)
+    n, k = 16, 256
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), "q8_0")
+    packed = quant.pack(blocks, "q8_0", (n, k))
+    held = packed.qs.nbytes + packed.d.nbytes
+    assert held == (blocks.nbytes if HALF_CONVERSION else blocks.nbytes * 36 // 34)
+    assert packed.d.dtype == (np.uint16 if HALF_CONVERSION else np.float32)
+    raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)[:, :, :2]
+    np.testing.assert_array_equal(packed.scales,
+                                  raw.copy().view(np.float16).astype(np.float32)[..., 0])
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_k", "q6_k"])

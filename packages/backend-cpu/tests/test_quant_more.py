@@ -30,7 +30,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
     packed = quant.pack(blocks, fmt, (n, k))
     assert packed.qs.dtype == np.int8 and packed.qs.shape == (n, k)
-    values = packed.qs.astype(np.float32) * np.repeat(packed.d, 1 << packed.shift, axis=1)
+    values = packed.qs.astype(np.float32) * np.repeat(packed.scales, 1 << packed.shift, axis=1)
     if packed.mins is not None:
         values -= np.repeat(packed.mins, k // packed.mins.shape[1], axis=1)
     np.testing.assert_array_equal(values, quant_blocks.dequantize(blocks, fmt))

@@ -20,7 +20,7 @@ from numba import types as _types
 from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
-from .irblocks import load_quants, splat
+from .irblocks import load_quants, scale_value, splat
 
 __all__ = ["dequantize_rows"]
 
@@ -51,15 +51,19 @@ def _block_kernel(shift: int) -> Any:
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
                    and a.dtype == t for a, t in arrays):
             return None
-        sig = types.void(qs, n, b, out, r, types.float32, types.float32)
+        # a scale stored as half bits (uint16) is widened here, not converted as an integer
+        half = scale == types.uint16
+        sig = types.void(qs, n, b, out, r, types.uint16 if half else types.float32,
+                         types.float32)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
             q_arr, o_arr = (context.make_array(signature.args[i])(context, builder, args[i])
                             for i in (0, 3))
             row, blk, out_row = (context.cast(builder, args[i], signature.args[i], types.intp)
                                  for i in (1, 2, 4))
-            scale, offset = (context.cast(builder, args[i], signature.args[i], types.float32)
-                             for i in (5, 6))
+            scale = (scale_value(builder, args[5]) if half else
+                     context.cast(builder, args[5], signature.args[5], types.float32))
+            offset = context.cast(builder, args[6], signature.args[6], types.float32)
             start = builder.shl(blk, ir.Constant(blk.type, shift))
             k = builder.extract_value(o_arr.shape, 1)
             q_cols = builder.extract_value(q_arr.shape, 1)

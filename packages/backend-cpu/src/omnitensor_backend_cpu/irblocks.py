@@ -6,7 +6,7 @@ from typing import Any
 
 from llvmlite import ir
 
-__all__ = ["load_quants", "splat"]
+__all__ = ["load_quants", "scale_value", "splat"]
 
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 
@@ -36,3 +36,14 @@ def splat(builder: Any, value: Any, lanes: int) -> Any:
     one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(_I32, 0))
     return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined),
                                   ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
+
+
+def scale_value(builder: Any, raw: Any) -> Any:
+    """A float32 scale from one loaded as `quant.Packed.d` stores it.
+
+    float32 as it is; IEEE half bits (i16) widened by the CPU's conversion instruction (only
+    where `_compat.HALF_CONVERSION`).
+    """
+    if raw.type == _F32:
+        return raw
+    return builder.fpext(builder.bitcast(raw, ir.HalfType()), _F32)

@@ -2,8 +2,9 @@
 
 ggml's Q8_0 block (an f16 scale then 32 int8) is a poor layout to stream: a kernel over it runs a
 short reduction per block and converts a half float each time (3-6 GB/s here). Repacked as int8
-rows with their float32 scales apart, one long vectorized reduction per output row reads the
-weight at memory speed. The repacked form is made by `omnitensor_prepare_weight` when a model
+rows with their scales apart (the file's half scales, widened by the kernel once per block of
+32: the repacked weight is the file's size), one long vectorized reduction per output row reads
+the weight at memory speed. The repacked form is made by `omnitensor_prepare_weight` when a model
 is loaded (`plugin.py`) and found again by buffer identity; a weight nobody prepared is repacked
 on first use and cached while its (read-only) buffer lives. A buffer viewed in a mapped weight
 file has its pages dropped once repacked, so each weight is resident once.
@@ -27,7 +28,7 @@ import numpy as np
 from omnitensor.backend.host_memory import release
 
 from . import dequant, intdot, pool, threads
-from ._compat import jit, prange
+from ._compat import HALF_CONVERSION, jit, prange
 from .quant_more import MORE_FORMATS, pack_more
 
 __all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
@@ -47,7 +48,7 @@ NIBBLE_FORMATS: Final = frozenset({"q4_0", "q4_1", "q4_k"})
 
 
 class Packed:
-    """A repacked weight (N, K): integer quants, float32 scales `d` (N, K >> shift).
+    """A repacked weight (N, K): integer quants, scales `d` (N, K >> shift).
 
     The quants are int8 `qs` (N, K), or for `NIBBLE_FORMATS` 4-bit `nibbles` (N, K / 2):
     in each block of 32 weights, byte i holds weight i in its low and weight 16 + i in its
@@ -57,7 +58,9 @@ class Packed:
         format: the ggml format it came from.
         qs: the integer quants, one int8 per weight (unpacked on demand from `nibbles`).
         nibbles: the 4-bit quants, or None.
-        d: the scale of each sub-block of ``1 << shift`` weights.
+        d: the scale of each sub-block of ``1 << shift`` weights: float32, or (Q8_0, where the
+            CPU widens halves in hardware) the file's float16 scales as their bits, uint16
+            (`scales` gives float32 either way).
         shift: log2 of the sub-block size (5 or 4).
         mins: (Q4_K, Q4_1, Q4_0's 8 d) the offset of each sub-block of 32, subtracted; else
             None.
@@ -84,6 +87,13 @@ class Packed:
             return self._qs.shape  # type: ignore[no-any-return]
         assert self.nibbles is not None
         return self.nibbles.shape[0], self.nibbles.shape[1] * 2
+
+    @property
+    def scales(self) -> Array:
+        """`d` as float32 values (a fresh array when it holds half bits)."""
+        if self.d.dtype == np.uint16:
+            return self.d.view(np.float16).astype(np.float32)
+        return self.d
 
     @property
     def stored(self) -> Array:
@@ -113,7 +123,7 @@ def nibble_pack(packed: Packed) -> Packed:
     mins = packed.mins
     if packed.format == "q4_0":  # d (q - 8) = d q' - 8 d with q' = q + 8 in 0..15
         q = q + np.int8(8)
-        mins = np.ascontiguousarray(8.0 * packed.d, dtype=np.float32)
+        mins = np.ascontiguousarray(8.0 * packed.scales, dtype=np.float32)
     n, k = q.shape
     blocks = q.view(np.uint8).reshape(n, k // 32, 32)
     nibbles = blocks[..., :16] | (blocks[..., 16:] << np.uint8(4))
@@ -176,9 +186,12 @@ def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     n, k = shape
     if format == "q8_0":
         raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)
-        d = raw[:, :, :2].copy().view(np.float16).astype(np.float32).reshape(n, k // 32)
+        # the file's half scales kept as their bits where the CPU widens halves (the repacked
+        # weight is then exactly the file's size), else widened to float32 once, here
+        bits = np.ascontiguousarray(raw[:, :, :2]).view(np.uint16).reshape(n, k // 32)
+        d = bits if HALF_CONVERSION else bits.view(np.float16).astype(np.float32)
         qs = np.ascontiguousarray(raw[:, :, 2:]).view(np.int8).reshape(n, k)
-        return Packed(qs, np.ascontiguousarray(d))
+        return Packed(qs, d)
     block, nbytes, shift, unpack = _LAYOUTS[format]
     flat = np.ascontiguousarray(blocks).reshape(n * (k // block), nbytes)
     with np.errstate(all="ignore"):
