@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -118,6 +120,36 @@ def test_adamw_matches_torch() -> None:
         (theirs ** 3).sum().backward()
         topt.step()
     np.testing.assert_allclose(mine.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda groups: nn.AdamW(groups, lr=0.1, weight_decay=0.1),
+    lambda groups: nn.SGD(groups, lr=0.1, momentum=0.9, dampening=0.3),
+], ids=["adamw", "sgd"])
+def test_parameters_skipped_by_a_step_keep_their_own_counts(make: Any) -> None:
+    # one group shares its per-step scalars while every parameter steps; once a step skips a
+    # parameter, the counts differ: the same updates as one group per parameter (never shared)
+    def run(grouped: bool) -> tuple[list[np.ndarray], list[float]]:
+        ps = [nn.Parameter(ot.from_numpy(np.array([0.5, -1.0 + i], np.float32)))
+              for i in range(3)]
+        opt = make([{"params": ps}] if grouped else [{"params": [p]} for p in ps])
+        for step in range(5):
+            opt.zero_grad()
+            used = ps if step in (0, 3, 4) else ps[:2]  # steps 1, 2 leave the last one out
+            sum((p * p * p).sum() for p in used).backward()
+            opt.step()
+            if step == 2:  # a resumed optimizer sees the differing counts too
+                saved = opt.state_dict()
+                opt = make([{"params": ps}] if grouped else [{"params": [p]} for p in ps])
+                opt.load_state_dict(saved)
+        state = opt.state_dict()["state"]
+        return [p.numpy() for p in ps], [float(state[i]["step"]) for i in range(3)
+                                         if "step" in state[i]]
+
+    shared, alone = run(True), run(False)
+    for a, b in zip(shared[0], alone[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert shared[1] == alone[1] == [5.0, 5.0, 3.0]
 
 
 def test_optimizer_state_dict_resumes_identically() -> None:

@@ -105,6 +105,26 @@ def test_compile_rebinds_handles_the_function_updates() -> None:
     assert counter.item() == 2 and tick.traces == 1
 
 
+def test_compile_rebinds_handles_it_only_writes() -> None:
+    # handles assigned without being read in the function (one value assigned to two state
+    # handles, as an optimizer's shared per-step scalars would be) are rebound at every call
+    total = ot.zeros(3).realize()
+    first, second = ot.zeros(3).realize(), ot.zeros(3).realize()
+
+    @ot.compile
+    def add(x: ot.Tensor) -> ot.Tensor:
+        new = total + x
+        total.assign(new)
+        first.assign(new)
+        second.assign(new * 2)
+        return new
+
+    for _ in range(3):
+        add(ot.ones(3))
+    assert first.numpy().tolist() == [3, 3, 3] and second.numpy().tolist() == [6, 6, 6]
+    assert add.traces == 1
+
+
 def test_donated_input_cannot_be_reused() -> None:
     f = ot.compile(lambda x: x + 1, donate=(0,))
     x = ot.ones(3).realize()

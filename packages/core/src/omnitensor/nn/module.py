@@ -15,7 +15,6 @@ import numpy as np
 
 from ..errors import OmnitensorError, ShapeError
 from ..ir.program import Role
-from ..tensor.graph import rebind
 from ..tensor.tensor import Tensor, as_tensor
 
 __all__ = ["IncompatibleKeys", "Module", "Parameter"]
@@ -44,7 +43,7 @@ class IncompatibleKeys(NamedTuple):
 
 def assign(handle: Tensor, value: Tensor) -> None:
     """Rebind `handle` to `value` in place, keeping its autograd leaf (optimizer updates)."""
-    rebind(handle, value._node, value._index)
+    handle._rebind_to(value)
 
 
 class Module:

@@ -95,6 +95,10 @@ class Optimizer:
             self.param_groups.append(_Group(full))
         self.state: dict[int, dict[str, Any]] = {}  # by parameter position
         self._steps = _counter()
+        # per group: whether every step so far updated every parameter of the group, so that
+        # their step counters are equal and the per-step scalars (counter, bias corrections)
+        # are computed once for the group, not once per parameter (see `step`)
+        self._lockstep = [True] * len(self.param_groups)
 
     @property
     def steps(self) -> int:
@@ -124,11 +128,19 @@ class Optimizer:
         index = 0
         with no_grad():
             assign(self._steps, self._steps + 1.0)
-            for group in self.param_groups:
+            for at, group in enumerate(self.param_groups):
+                # NOTE: a group whose parameters all step together shares one set of per-step
+                # scalars: AdamW's two bias corrections were two small programs per parameter
+                # (72 of a char-gpt step's ~250 steps). The counters stay per parameter (what a
+                # state dict holds), and equal as long as no step skips a parameter.
+                lockstep = self._lockstep[at] and all(p.grad is not None
+                                                      for p in group["params"])
+                self._lockstep[at] = lockstep
+                shared: dict[str, Tensor] | None = {} if lockstep else None
                 for p in group["params"]:
                     if p.grad is not None:
                         state = self.state.setdefault(index, {})
-                        new = self._update(p, p.grad.astype(p.dtype), state, group)
+                        new = self._update(p, p.grad.astype(p.dtype), state, group, shared)
                         new._node.role = Role.PARAMETER
                         assign(p, new)
                         updated.append(p)
@@ -143,9 +155,34 @@ class Optimizer:
                 if t._node.role is not Role.PARAMETER:
                     t._node.role = Role.STATE
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group
-                ) -> Tensor:
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group,
+                shared: dict[str, Tensor] | None) -> Tensor:
+        """The new value of `p` given its gradient `g`; updates `state` (its tensors).
+
+        `shared` is a dict common to every parameter of `group` in this step when their step
+        counters are known to be equal (None otherwise): scalars computed from the counter
+        are made once there, by `_counted`, and reused.
+        """
         raise NotImplementedError
+
+    @staticmethod
+    def _counted(state: dict[str, Any], shared: dict[str, Tensor] | None,
+                 scalars: Any = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """(the step count before this step, scalars) for a parameter, counting this step.
+
+        Increments ``state["step"]`` and returns ``scalars(count)`` (a dict of per-step
+        tensors). With `shared`, the scalars are made for the group's first parameter and
+        reused by the others (their counts are equal).
+        """
+        previous = state["step"]
+        assign_state(state, "step", previous + 1.0)
+        if shared is not None and "previous" in shared:
+            return shared["previous"], shared
+        made = {"previous": previous,
+                **(scalars(state["step"]) if scalars is not None else {})}
+        if shared is not None:
+            shared.update(made)
+        return previous, made
 
     def state_dict(self) -> dict[str, Any]:
         """Hyperparameters per group and state per parameter position (numpy copies)."""
@@ -183,6 +220,17 @@ class Optimizer:
                 else:
                     restored[k] = v
             self.state[int(i)] = restored
+        self._lockstep = [self._counts_equal(at) for at in range(len(self.param_groups))]
+
+    def _counts_equal(self, group: int) -> bool:
+        """Whether the parameters of group `group` all have the same step count (or none)."""
+        first = sum(len(g["params"]) for g in self.param_groups[:group])
+        counts: set[tuple[float, ...] | None] = set()
+        for i in range(first, first + len(self.param_groups[group]["params"])):
+            step = self.state.get(i, {}).get("step")
+            value = step.numpy() if isinstance(step, Tensor) else step
+            counts.add(None if step is None else tuple(np.asarray(value, np.float64).ravel()))
+        return len(counts) <= 1
 
 
 class SGD(Optimizer):
@@ -197,8 +245,8 @@ class SGD(Optimizer):
         super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
                                   "weight_decay": weight_decay, "nesterov": nesterov})
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group
-                ) -> Tensor:
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group,
+                shared: dict[str, Tensor] | None) -> Tensor:
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
         m = group["momentum"]
@@ -207,11 +255,10 @@ class SGD(Optimizer):
                 state["momentum_buffer"], state["step"] = _zeros_like(p), _counter()
             # buf = g on the first step (step == 0), m buf + (1 - dampening) g after: one
             # program for both, so a compiled step does not depend on which step it traced
-            started = state["step"].clip(max=1.0)
-            scale = (1.0 - started * float(group["dampening"])).astype(g.dtype)
+            previous, _ = self._counted(state, shared)
+            scale = (1.0 - previous.clip(max=1.0) * float(group["dampening"])).astype(g.dtype)
             buf = state["momentum_buffer"] * m + g * scale
             assign_state(state, "momentum_buffer", buf)
-            assign_state(state, "step", state["step"] + 1.0)
             g = g + buf * m if group["nesterov"] else buf
         return p - g * group.lr_tensor.astype(p.dtype)
 
@@ -229,25 +276,29 @@ class AdamW(Optimizer):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
                                   "weight_decay": weight_decay})
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group
-                ) -> Tensor:
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: _Group,
+                shared: dict[str, Tensor] | None) -> Tensor:
         b1, b2 = group["betas"]
         if "exp_avg" not in state:  # zeros: m b1 + g (1 - b1) is then exactly g (1 - b1)
             state["step"], state["exp_avg"], state["exp_avg_sq"] = (
                 _counter(), _zeros_like(p), _zeros_like(p))
         elif not isinstance(state["step"], Tensor):  # a state dict from before step tensors
             state["step"] = _scalar(float(state["step"]))
-        t = state["step"] + 1.0
-        assign_state(state, "step", t)
+        lr = group.lr_tensor
+
+        def corrections(t: Tensor) -> dict[str, Tensor]:
+            # bias corrections and the decay factor in float64 (as Python floats were before)
+            return {"step_size": lr / (1.0 - b1**t), "inv_corr": 1.0 / (1.0 - b2**t).sqrt(),
+                    "decay": 1.0 - lr * float(group["weight_decay"])}
+
+        _, scalars = self._counted(state, shared, corrections)
         m = state["exp_avg"] * b1 + g * (1.0 - b1)
         v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
         assign_state(state, "exp_avg", m)
         assign_state(state, "exp_avg_sq", v)
-        # bias corrections and the decay factor in float64 (as Python floats were before)
-        lr = group.lr_tensor
-        step_size = (lr / (1.0 - b1**t)).astype(p.dtype)
-        inv_corr = (1.0 / (1.0 - b2**t).sqrt()).astype(p.dtype)
-        decayed = p * (1.0 - lr * float(group["weight_decay"])).astype(p.dtype)
+        step_size = scalars["step_size"].astype(p.dtype)
+        inv_corr = scalars["inv_corr"].astype(p.dtype)
+        decayed = p * scalars["decay"].astype(p.dtype)
         new: Tensor = decayed - step_size * m / (v.sqrt() * inv_corr + group["eps"])
         return new
 

@@ -84,8 +84,16 @@ class Tensor:
         """
         if value.type != self.type:
             raise ShapeError(f"assign: type {value.type} does not match {self.type}")
-        rebind(self, value._node, value._index)
+        self._rebind_to(value)
         return self
+
+    def _rebind_to(self, value: Tensor) -> None:
+        state = tracing.get()
+        if state is not None:
+            # NOTE: a handle the traced function rebinds without having read it is an output
+            # of the call too (else it would keep the traced value, a placeholder's)
+            state.saw(self)
+        rebind(self, value._node, value._index)
 
     def mark_parameter(self, name: str) -> Tensor:
         """Declare this handle a model parameter named `name` (returns self).
