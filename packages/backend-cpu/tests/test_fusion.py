@@ -144,11 +144,48 @@ def test_bias_add_and_gelu_are_one_kernel_reading_the_bias_as_a_row(
     assert [i.op for i in exe.plan.groups[0].insts] == ["add", "gelu", "swiglu"]
     loads: list[tuple[bool, ...]] = []
     original = codegen.kernel_for
-    monkeypatch.setattr(codegen, "kernel_for",
-                        lambda g, vectors=(): loads.append(tuple(vectors)) or original(g, vectors))
+    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(): (
+        loads.append(tuple(vectors)) or original(g, vectors, scalars)))
     rng = np.random.default_rng(2)
     xs = [(rng.normal(size=s) * 3).astype(dtype.np) for s in ((4, 9, 40), (40,), (4, 9, 40))]
     (got,) = backend.run(backend.compile(fn), xs)
     (want,) = evaluate(fn, xs)
     np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == float32 else 1e-12, atol=1e-6)
     assert (False, True, False) in loads  # the bias, and only it, read as one row
+
+
+@pytest.mark.parametrize("with_bias", [False, True])  # the flat kernel; the rows kernel
+def test_runtime_scalars_are_read_once_not_broadcast_out(
+        backend: CpuBackend, with_bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an optimizer's per-step factors: 0-d inputs broadcast to the group's shape
+    from omnitensor_backend_cpu import codegen
+
+    shape = (4, 9, 40)
+    b = Builder()
+    x = b.input(TensorType(shape, float32))
+    scale = b.input(TensorType((), float32))
+    shift = b.input(TensorType((), float32))
+    bias = b.input(TensorType((40,), float32))
+    v = b.emit("mul", x, b.emit("broadcast_in_dim", scale, shape=shape, dims=()))
+    if with_bias:
+        v = b.emit("add", v, b.emit("broadcast_in_dim", bias, shape=shape, dims=(2,)))
+    v = b.emit("sub", b.emit("tanh", v), b.emit("broadcast_in_dim", shift, shape=shape,
+                                                   dims=()))
+    fn = b.build([v])
+    calls: list[tuple[tuple[bool, ...], tuple[bool, ...]]] = []
+    original = codegen.kernel_for
+    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(): (
+        calls.append((tuple(vectors), tuple(scalars))) or original(g, vectors, scalars)))
+    rng = np.random.default_rng(3)
+    xs = [rng.normal(size=shape).astype(np.float32), np.asarray(1.7, np.float32),
+          np.asarray(-0.25, np.float32), rng.normal(size=(40,)).astype(np.float32)]
+    exe = backend.compile(fn)
+    assert exe.plan.kinds.count("fused") == 1
+    for _ in range(2):  # new values each call: the scalars are read at run time
+        (got,) = backend.run(exe, xs)
+        np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=2e-6, atol=1e-6)
+        xs[1], xs[2] = xs[1] * 2, xs[2] - 1
+    # one kernel, made once; x, the scale, (the bias,) the shift
+    scalars = (False, True, False, True) if with_bias else (False, True, True)
+    assert [c[1] for c in calls] == [scalars]
+    assert [c[0] for c in calls] == [(False, False, True, False) if with_bias else ()]

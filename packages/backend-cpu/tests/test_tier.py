@@ -28,7 +28,8 @@ def test_small_groups_run_numpy_larger_ones_compile(
     monkeypatch.setenv(codegen.MIN_ELEMENTS_ENV, "4096")
     loads: list[object] = []
     original = codegen.kernel_for
-    monkeypatch.setattr(codegen, "kernel_for", lambda g: loads.append(g) or original(g))
+    monkeypatch.setattr(codegen, "kernel_for",
+                        lambda g, *flags: loads.append(g) or original(g, *flags))
     fn = _gelu_like(size)
     exe = backend.compile(fn)
     assert exe.plan.kinds == (["ref"] if size < 4096 else ["fused"])  # labels say what runs

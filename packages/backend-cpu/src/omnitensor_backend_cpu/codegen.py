@@ -178,12 +178,15 @@ class FusedGroup:
     literals: dict[int, Any]
     outputs: list[int]
 
-    def source(self, vectors: Sequence[bool] = ()) -> str:
+    def source(self, vectors: Sequence[bool] = (), scalars: Sequence[bool] = ()) -> str:
         """The kernel module's source (its hash names the file).
 
         Without `vectors`, ``flat(n, *ins, *outs)`` over 1-D operands. With them (one flag per
         input), ``rows(n, m, *ins, *outs)`` over (n, m) operands, where a flagged input is one
-        (m,) row read by every row (a bias broadcast over the leading axes, not copied).
+        (m,) row read by every row (a bias broadcast over the leading axes, not copied). An
+        input flagged in `scalars` is one element (a 1-element array), read once before the
+        loops: a runtime scalar broadcast to the group's shape (an optimizer's per-step
+        factor), not copied out to the whole shape.
         """
         dtypes = {v.id: _dtype(v.type) for i in self.insts
                   for v in (*i.operands, *i.results)}
@@ -195,8 +198,10 @@ class FusedGroup:
             text = f"float('{value}')" if isinstance(value, float) and not (
                 value - value == 0) else repr(value)
             consts.append(f"C{k} = {_np(dtypes[vid])}({text})")
+        scalar = [k < len(scalars) and scalars[k] for k in range(len(self.inputs))]
+        hoisted = [f"x{k} = in{k}[0]" for k in range(len(self.inputs)) if scalar[k]]
         body: list[str] = [f"x{k} = in{k}[{'c' if k < len(vectors) and vectors[k] else 'IDX'}]"
-                           for k in range(len(self.inputs))]
+                           for k in range(len(self.inputs)) if not scalar[k]]
         for k, inst in enumerate(self.insts):
             expr = _expr(inst, [names[v.id] for v in inst.operands])
             assert expr is not None, inst
@@ -226,11 +231,13 @@ class FusedGroup:
             "",
         ]
         if any(vectors):
-            lines += ["@jit(fastmath=FM)", f"def rows(n, m, {params}):", "    for r in range(n):",
+            lines += ["@jit(fastmath=FM)", f"def rows(n, m, {params}):",
+                      *[f"    {line}" for line in hoisted], "    for r in range(n):",
                       "        for c in range(m):"]
             lines += [f"            {line.replace('IDX', 'r, c')}" for line in body]
         else:
-            lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):", "    for i in range(n):"]
+            lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):",
+                      *[f"    {line}" for line in hoisted], "    for i in range(n):"]
             lines += [f"        {line.replace('IDX', 'i')}" for line in body]
         lines.append("")
         return "\n".join(lines)
@@ -281,11 +288,13 @@ def load_kernel(source: str) -> ModuleType:
         return module
 
 
-def kernel_for(group: FusedGroup, vectors: Sequence[bool] = ()) -> Callable[..., Any]:
+def kernel_for(group: FusedGroup, vectors: Sequence[bool] = (),
+               scalars: Sequence[bool] = ()) -> Callable[..., Any]:
     """`group`'s kernel: ``flat`` over C-contiguous 1-D operands, or ``rows`` (`vectors`).
 
-    Serial: the plan splits large calls over threads with `pool.parallel_for`.
+    Inputs flagged in `scalars` are 1-element arrays (see `FusedGroup.source`). Serial: the
+    plan splits large calls over threads with `pool.parallel_for`.
     """
-    module = load_kernel(group.source(vectors))
+    module = load_kernel(group.source(vectors, scalars))
     kernel: Callable[..., Any] = module.rows if any(vectors) else module.flat
     return kernel

@@ -127,30 +127,34 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
         out_get = [getters[v] for v in outs]
 
         def compiled() -> Step:
-            flat = codegen.kernel_for(group)
-            by_rows: dict[tuple[int, tuple[bool, ...]], Callable[..., Any]] = {}
+            kernels: dict[tuple[int, tuple[bool, ...], tuple[bool, ...]], Callable[..., Any]] = {}
 
             def step(slots: Slots) -> None:
                 arrays = [slots[i] for i in ins]
                 results = [get(slots) for get in out_get]
+                # a scalar broadcast to the shape (every stride 0) is read as one element
+                scalars = tuple(a.ndim > 0 and a.size > 0 and not any(a.strides)
+                                for a in arrays)
                 split = _row_split(arrays)
+                # a bias broadcast over rows is read as one row by a (rows, cols) kernel
+                vectors = tuple(not s and not a.flags.c_contiguous and _repeats(a, split)
+                                for a, s in zip(arrays, scalars, strict=True)) if split else ()
+                key = (split, vectors, scalars)
+                kernel = kernels.get(key)
+                if kernel is None:
+                    kernel = kernels[key] = codegen.kernel_for(group, vectors, scalars)
                 if split:
-                    # a bias broadcast over rows is read as one row by a (rows, cols) kernel
-                    vectors = tuple(not a.flags.c_contiguous and _repeats(a, split)
-                                    for a in arrays)
-                    kernel = by_rows.get((split, vectors))
-                    if kernel is None:
-                        kernel = by_rows[split, vectors] = codegen.kernel_for(group, vectors)
                     rows = math.prod(group.shape[:split])
                     cols = size // rows
-                    operands = [a[(0,) * split].reshape(cols) if vector else
+                    operands = [_one(a) if s else a[(0,) * split].reshape(cols) if v else
                                 np.ascontiguousarray(a).reshape(rows, cols)
-                                for a, vector in zip(arrays, vectors, strict=True)]
+                                for a, v, s in zip(arrays, vectors, scalars, strict=True)]
+                    whole = [v or s for v, s in zip(vectors, scalars, strict=True)]
                     outputs = [r.reshape(rows, cols) for r in results]
 
                     def part(lo: int, hi: int) -> None:
-                        kernel(hi - lo, cols, *[a if v else a[lo:hi] for a, v in
-                                                zip(operands, vectors, strict=True)],
+                        kernel(hi - lo, cols, *[a if w else a[lo:hi] for a, w in
+                                                zip(operands, whole, strict=True)],
                                *[r[lo:hi] for r in outputs])
 
                     pool.parallel_for(rows, part, work=size)
@@ -158,11 +162,14 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
                     # NOTE: other strided and broadcast operands are copied contiguous first:
                     # one extra pass over them, against a loop nest over arbitrary strides that
                     # LLVM does not vectorize (30x slower for a tanh-GELU over (576, 512)).
-                    args = [a.reshape(-1) if a.flags.c_contiguous
-                            else np.ascontiguousarray(a).reshape(-1) for a in arrays]
+                    args = [_one(a) if s else a.reshape(-1) if a.flags.c_contiguous
+                            else np.ascontiguousarray(a).reshape(-1)
+                            for a, s in zip(arrays, scalars, strict=True)]
                     flats = [*args, *[r.reshape(-1) for r in results]]
-                    pool.parallel_for(size, lambda lo, hi: flat(
-                        hi - lo, *[a[lo:hi] for a in flats]), grain=64)
+                    ranged = [*[not s for s in scalars], *[True] * len(results)]
+                    pool.parallel_for(size, lambda lo, hi: kernel(
+                        hi - lo, *[a[lo:hi] if r else a for a, r in
+                                   zip(flats, ranged, strict=True)]), grain=64)
                 for v, r in zip(outs, results, strict=True):
                     slots[v] = r
 
@@ -174,6 +181,11 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
 
     # NOTE: a small group runs the reference kernels: its kind says so (profiles, labels).
     return Draft(ins, outs, make, owned, "ref" if small else "fused")
+
+
+def _one(a: Array) -> Array:
+    """A broadcast scalar (every stride 0) as a 1-element array, for a kernel's scalar input."""
+    return a.reshape(-1)[:1] if a.flags.c_contiguous else a[(0,) * (a.ndim - 1)][:1]
 
 
 def _repeats(a: Array, split: int) -> bool:
