@@ -32,7 +32,7 @@ from omnitensor.ir.types import TensorType
 
 from .drafts import Array, Draft
 from .kernel_step import Kernel, kernel_draft
-from .steps import dot_step, qmatmul_step, reference_step, update_step
+from .steps import dot_step, qmatmul_step, reference_step, sum_step, update_step
 
 __all__ = ["LOWERINGS", "Lower", "lower"]
 
@@ -102,6 +102,10 @@ def _register_primitives() -> None:
     @LOWERINGS.register("qmatmul", dtypes=table["qmatmul"])
     def _qmatmul(ctx: Lower, view: OpView) -> Draft | None:
         return qmatmul_step(view.inst, ctx.step)
+
+    @LOWERINGS.register("reduce_sum", dtypes=table["reduce_sum"])
+    def _sum(ctx: Lower, view: OpView) -> Draft | None:
+        return sum_step(view.inst, ctx.step)
 
     @LOWERINGS.register("dynamic_update_slice", dtypes=table["dynamic_update_slice"])
     def _update(ctx: Lower, view: OpView) -> Draft | None:
