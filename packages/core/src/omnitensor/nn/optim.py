@@ -96,7 +96,7 @@ class Optimizer:
         self.state: dict[int, dict[str, Any]] = {}  # by parameter position
         self._steps = _counter()
         # per group: whether every step so far updated every parameter of the group, so that
-        # their step counters are equal and the per-step scalars (counter, bias corrections)
+        # their step counters are equal and the per-step scalars (AdamW's bias corrections)
         # are computed once for the group, not once per parameter (see `step`)
         self._lockstep = [True] * len(self.param_groups)
 
@@ -130,9 +130,9 @@ class Optimizer:
             assign(self._steps, self._steps + 1.0)
             for at, group in enumerate(self.param_groups):
                 # NOTE: a group whose parameters all step together shares one set of per-step
-                # scalars: AdamW's two bias corrections were two small programs per parameter
-                # (72 of a char-gpt step's ~250 steps). The counters stay per parameter (what a
-                # state dict holds), and equal as long as no step skips a parameter.
+                # scalars: AdamW's two bias corrections were two small steps per parameter in
+                # every plan (72 in a char-gpt training step). The counters stay per parameter
+                # (what a state dict holds), and equal as long as no step skips a parameter.
                 lockstep = self._lockstep[at] and all(p.grad is not None
                                                       for p in group["params"])
                 self._lockstep[at] = lockstep
