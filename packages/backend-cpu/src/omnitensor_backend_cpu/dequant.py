@@ -20,7 +20,7 @@ from numba import types as _types
 from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
-from .irblocks import load_quants, scale_value, splat
+from .irblocks import load_quants, splat, widen_half
 
 __all__ = ["dequantize_rows"]
 
@@ -61,7 +61,7 @@ def _block_kernel(shift: int) -> Any:
                             for i in (0, 3))
             row, blk, out_row = (context.cast(builder, args[i], signature.args[i], types.intp)
                                  for i in (1, 2, 4))
-            scale = (scale_value(builder, args[5]) if half else
+            scale = (widen_half(builder, args[5]) if half else
                      context.cast(builder, args[5], signature.args[5], types.float32))
             offset = context.cast(builder, args[6], signature.args[6], types.float32)
             start = builder.shl(blk, ir.Constant(blk.type, shift))

@@ -28,7 +28,7 @@ from numba.extending import overload as _overload
 
 from . import pool
 from ._compat import jit, prange
-from .irblocks import load_quants, scale_value, splat
+from .irblocks import load_quants, splat, widen_half
 
 __all__ = ["SHIFTS", "quantize_rows", "run"]
 
@@ -236,7 +236,7 @@ def _widen_halves(typingctx: Any, d: Any, n: Any, buf: Any) -> Any:
                           align=4)
         done = builder.shl(vectors, ir.Constant(width.type, 3))
         with cgutils.for_range_slice(builder, done, width, ir.Constant(width.type, 1)) as (b, _):
-            value = scale_value(builder, builder.load(builder.gep(src, [b])))
+            value = widen_half(builder, builder.load(builder.gep(src, [b])))
             builder.store(value, builder.gep(b_arr.data, [b]))
 
     return sig, codegen

@@ -6,7 +6,7 @@ from typing import Any
 
 from llvmlite import ir
 
-__all__ = ["load_quants", "scale_value", "splat"]
+__all__ = ["load_quants", "splat", "widen_half"]
 
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 
@@ -38,12 +38,9 @@ def splat(builder: Any, value: Any, lanes: int) -> Any:
                                   ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
 
 
-def scale_value(builder: Any, raw: Any) -> Any:
-    """A float32 scale from one loaded as `quant.Packed.d` stores it.
+def widen_half(builder: Any, bits: Any) -> Any:
+    """The float32 value of IEEE half `bits` (an i16), by the CPU's conversion instruction.
 
-    float32 as it is; IEEE half bits (i16) widened by the CPU's conversion instruction (only
-    where `_compat.HALF_CONVERSION`).
+    Only where `_compat.HALF_CONVERSION` (else LLVM would call a library routine).
     """
-    if raw.type == _F32:
-        return raw
-    return builder.fpext(builder.bitcast(raw, ir.HalfType()), _F32)
+    return builder.fpext(builder.bitcast(bits, ir.HalfType()), _F32)
