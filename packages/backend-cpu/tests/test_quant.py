@@ -132,7 +132,9 @@ def test_non_finite_activations_propagate_as_in_the_reference(fmt: str, m: int) 
     np.testing.assert_array_equal(np.isinf(out), np.isinf(want))
 
 
-@pytest.mark.parametrize("m", [1, 3, 4, 7, 16, 32])  # the 2 x 4 blocks, their edges, one row
+# the 2 x 4 dot blocks and their edges, one row; the outer-product tiles (8 rows and up): one
+# narrow tile, wide tiles with padding, whole wide tiles
+@pytest.mark.parametrize("m", [1, 3, 4, 7, 8, 9, 16, 21, 32])
 @pytest.mark.parametrize("split", [False, True])
 def test_float32_row_products_match_float64(m: int, split: bool,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +148,9 @@ def test_float32_row_products_match_float64(m: int, split: bool,
     quant.gemv(x, w, out)
     want = x.astype(np.float64) @ w.astype(np.float64).T
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dot_step_knows_where_the_outer_product_tiles_start() -> None:
+    from omnitensor_backend_cpu import fewrows, steps
+
+    assert steps._FEWROWS_MIN_ROWS == fewrows.MIN_ROWS

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import attnblocks, pool, threads
 from ._compat import jit, prange
+from .irblocks import LANES
 from .mathlib import softmax_weight32f, tanh32f
 from .rowops import _softmax_row32
 
@@ -101,7 +102,7 @@ _BLOCK: Final = 64
 @jit(inline=True)
 def _vector_rows(a: Any, b: Any) -> bool:
     """Whether `attnblocks` may read rows of `a` and `b` (contiguous, a multiple of 8 long)."""
-    return bool(a.shape[-1] % attnblocks.LANES == 0 and a.strides[-1] == a.itemsize
+    return bool(a.shape[-1] % LANES == 0 and a.strides[-1] == a.itemsize
                 and b.strides[-1] == b.itemsize)
 
 
@@ -115,9 +116,9 @@ def _dots(query: Any, keys: Any, row: Any, s0: int, s1: int) -> None:
     d_len = query.shape[0]
     s = s0
     if _vector_rows(query, keys) and row.strides[0] == row.itemsize:
-        while s + attnblocks.LANES <= s1:
+        while s + LANES <= s1:
             attnblocks.dots8(query, keys, row, s)
-            s += attnblocks.LANES
+            s += LANES
     while s + 4 <= s1:
         k0, k1, k2, k3 = keys[s], keys[s + 1], keys[s + 2], keys[s + 3]
         a0 = a1 = a2 = a3 = np.float32(0.0)

@@ -22,40 +22,19 @@ from numba import types as _types
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
-from .irblocks import splat
+from .irblocks import LANES, VF, fmuladd, load_vector, row_pointer, splat
 
-__all__ = ["LANES", "dots8", "weigh"]
+__all__ = ["dots8", "weigh"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
 cgutils: Any = _cgutils
 intrinsic: Any = _intrinsic
 
-#: Floats per vector, and the multiple a row's length must be.
-LANES: Final = 8
 #: Vectors of `dst` that `weigh` holds in registers in one pass over the keys.
 _GROUP: Final = 8
 
-_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-_VF = ir.VectorType(_F32, LANES)
-
-
-def _fmuladd(builder: Any, a: Any, b: Any, c: Any) -> Any:
-    module = builder.module
-    fn = module.globals.get("llvm.fmuladd.v8f32") or ir.Function(
-        module, ir.FunctionType(_VF, [_VF, _VF, _VF]), "llvm.fmuladd.v8f32")
-    return builder.call(fn, [a, b, c])
-
-
-def _load(builder: Any, address: Any) -> Any:
-    return builder.load(builder.bitcast(address, _VF.as_pointer()), align=4)
-
-
-def _row(builder: Any, array: Any, index: Any) -> Any:
-    """A float pointer to row `index` of a 2-D array (its row stride in bytes, any layout)."""
-    stride = builder.extract_value(array.strides, 0)
-    start = builder.add(builder.ptrtoint(array.data, _I64), builder.mul(index, stride))
-    return builder.inttoptr(start, _F32.as_pointer())
+_I32, _I64 = ir.IntType(32), ir.IntType(64)
 
 
 def _pair_sums(builder: Any, x: Any, y: Any) -> Any:
@@ -82,19 +61,19 @@ def dots8(typingctx: Any, query: Any, keys: Any, row: Any, s: Any) -> Any:
                                for i in range(3))
         first = context.cast(builder, args[3], signature.args[3], types.intp)
         chunks = builder.lshr(builder.extract_value(k_arr.shape, 1), ir.Constant(_I64, 3))
-        rows = [_row(builder, k_arr, builder.add(first, ir.Constant(_I64, j)))
+        rows = [row_pointer(builder, k_arr, builder.add(first, ir.Constant(_I64, j)))
                 for j in range(LANES)]
-        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, None)) for _ in rows]
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(VF, None)) for _ in rows]
         with cgutils.for_range(builder, chunks) as loop:
             at = builder.shl(loop.index, ir.Constant(_I64, 3))
-            q = _load(builder, builder.gep(q_arr.data, [at]))
+            q = load_vector(builder, builder.gep(q_arr.data, [at]))
             for key, acc in zip(rows, accs, strict=True):
-                k = _load(builder, builder.gep(key, [at]))
-                builder.store(_fmuladd(builder, k, q, builder.load(acc)), acc)
+                k = load_vector(builder, builder.gep(key, [at]))
+                builder.store(fmuladd(builder, k, q, builder.load(acc)), acc)
         level = [builder.load(acc) for acc in accs]
         while len(level) > 1:  # 8 vectors -> 4 -> 2 -> 1 holding the eight scores in order
             level = [_pair_sums(builder, level[i], level[i + 1]) for i in range(0, len(level), 2)]
-        out = builder.bitcast(builder.gep(r_arr.data, [first]), _VF.as_pointer())
+        out = builder.bitcast(builder.gep(r_arr.data, [first]), VF.as_pointer())
         builder.store(level[0], out, align=4)
 
     return sig, codegen
@@ -105,16 +84,16 @@ def _weigh_pass(builder: Any, p_arr: Any, v_arr: Any, dst: Any, lo: Any, hi: Any
     """``dst[at:at + 8 * vectors] += sum_s p[s] * values[s, same columns]``, in registers."""
     ptrs = [builder.gep(dst, [builder.add(at, ir.Constant(_I64, LANES * c))])
             for c in range(vectors)]
-    accs = [cgutils.alloca_once_value(builder, _load(builder, p)) for p in ptrs]
+    accs = [cgutils.alloca_once_value(builder, load_vector(builder, p)) for p in ptrs]
     with cgutils.for_range_slice(builder, lo, hi, ir.Constant(_I64, 1)) as (s, _):
         weight = splat(builder, builder.load(builder.gep(p_arr.data, [s])), LANES)
-        value_row = _row(builder, v_arr, s)
+        value_row = row_pointer(builder, v_arr, s)
         for c, acc in enumerate(accs):
-            v = _load(builder, builder.gep(value_row, [builder.add(at, ir.Constant(_I64,
+            v = load_vector(builder, builder.gep(value_row, [builder.add(at, ir.Constant(_I64,
                                                                                  LANES * c))]))
-            builder.store(_fmuladd(builder, weight, v, builder.load(acc)), acc)
+            builder.store(fmuladd(builder, weight, v, builder.load(acc)), acc)
     for p, acc in zip(ptrs, accs, strict=True):
-        builder.store(builder.load(acc), builder.bitcast(p, _VF.as_pointer()), align=4)
+        builder.store(builder.load(acc), builder.bitcast(p, VF.as_pointer()), align=4)
 
 
 @intrinsic  # type: ignore[untyped-decorator]

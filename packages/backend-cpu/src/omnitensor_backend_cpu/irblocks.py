@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from llvmlite import ir
 
-__all__ = ["load_quants", "splat", "widen_half"]
+__all__ = ["LANES", "VF", "fmuladd", "load_quants", "load_vector", "row_pointer", "splat",
+           "widen_half"]
 
-_I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
+_I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+#: Floats per vector of the float32 kernels written in IR (one AVX2 register).
+LANES: Final = 8
+VF: Final = ir.VectorType(_F32, LANES)
+
+
+def fmuladd(builder: Any, a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` on float32 vectors, fused where the CPU can."""
+    module = builder.module
+    fn = module.globals.get("llvm.fmuladd.v8f32") or ir.Function(
+        module, ir.FunctionType(VF, [VF, VF, VF]), "llvm.fmuladd.v8f32")
+    return builder.call(fn, [a, b, c])
+
+
+def load_vector(builder: Any, address: Any) -> Any:
+    """The 8 float32 at `address` (no alignment assumed)."""
+    return builder.load(builder.bitcast(address, VF.as_pointer()), align=4)
+
+
+def row_pointer(builder: Any, array: Any, index: Any) -> Any:
+    """A float pointer to row `index` of a 2-D array (its row stride in bytes, any layout)."""
+    stride = builder.extract_value(array.strides, 0)
+    start = builder.add(builder.ptrtoint(array.data, _I64), builder.mul(index, stride))
+    return builder.inttoptr(start, _F32.as_pointer())
 
 
 def load_quants(builder: Any, row: Any, start: Any, size: int, nibbles: bool) -> Any:

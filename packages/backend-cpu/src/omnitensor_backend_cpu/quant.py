@@ -27,7 +27,7 @@ import numpy as np
 
 from omnitensor.backend.host_memory import release
 
-from . import dequant, intdot, pool, threads
+from . import dequant, fewrows, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
 from .quant_more import MORE_FORMATS, pack_more
 
@@ -359,8 +359,12 @@ def gemv(x: Array, w: Array, out: Array) -> None:
     35 ms under load). For a few rows it packs the weight first, and runs at a fraction of
     memory speed (a 16-token prefill's products ran at 6 GB/s). Here long reductions per
     output stream the weight once, at memory speed; products large enough to pay for it are
-    split over numba's spinning workers (see `pool`).
+    split over numba's spinning workers (see `pool`). From `fewrows.MIN_ROWS` rows on, the
+    products run as `fewrows`' outer-product tiles instead.
     """
+    if x.shape[0] >= fewrows.MIN_ROWS:
+        fewrows.product(x, w, out)
+        return
     n, k = w.shape
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
     if parts > 1:

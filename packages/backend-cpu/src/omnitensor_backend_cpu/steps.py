@@ -30,6 +30,10 @@ __all__ = ["dot_step", "qmatmul_step", "reference_step", "sum_step", "update_ste
 #: one row of a 896 x 896 weight 123 against 186 us, of a 128 x 896 weight 31 against 33 us.
 _GEMV_MAX_ROWS: Final = 32
 _GEMV_MIN_WEIGHT: Final = 1 << 19
+#: `fewrows.MIN_ROWS` (not imported: that loads numba), and the fewest flops for which its
+#: tiles pay for loading numba.
+_FEWROWS_MIN_ROWS: Final = 8
+_FEWROWS_MIN_FLOPS: Final = 1 << 21
 
 
 #: Same-dtype arithmetic whose reference kernel is this numpy ufunc on every dtype but the
@@ -183,7 +187,10 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
     # NOTE: also every product BLAS would split over its threads: their spinning workers
     # then share the cores with the row products' (a 16-token prefill's 4864 x 896 products
     # took 6.3 ms after a split BLAS product, against 1.8 ms)
-    big = n * k >= _GEMV_MIN_WEIGHT or flops >= threads.BLAS_PARALLEL_FLOPS
+    # (From `fewrows.MIN_ROWS` rows on, the outer-product tiles beat BLAS on smaller weights
+    # too: a 16-token prefill's 128 x 896 key and value products.)
+    big = (n * k >= _GEMV_MIN_WEIGHT or flops >= threads.BLAS_PARALLEL_FLOPS
+           or (m >= _FEWROWS_MIN_ROWS and flops >= _FEWROWS_MIN_FLOPS))
     matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
               and (big or not codegen.min_elements()) and lid
               and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
