@@ -5,9 +5,9 @@ dot products (`quant._f32_rows`: 4 activation rows by 2 weight rows per pass ove
 ends in horizontal sums, the weight streams from memory only in the first pass over a pair,
 and six loads feed eight multiply-adds; a 16-token prefill's products ran at 55-80 GFLOP/s.
 Here the activations are transposed once per call (``xt`` (K, M) padded to whole vectors), and
-the kernel holds a tile of ``out`` in registers, 16 rows by 6 weight rows (or 8 by 12 for at
-most 8 rows): for each k, two vectors of xt and six broadcast weights feed twelve
-multiply-adds, with no horizontal sums, and each weight is read once. On 2 threads, 16 rows:
+the kernel holds a tile of ``out`` in registers, 16 rows by 6 weight rows: for each k, two
+vectors of xt and six broadcast weights feed twelve multiply-adds, with no horizontal sums,
+and each weight is read once. On 2 threads, 16 rows:
 4864 x 896 weight 1.36 against 2.10 ms, 896 x 4864 1.21 against 1.72 ms, 896 x 896 0.41
 against 0.52 ms; 32 rows 2.0 against 2.7 ms (interleaved, from memory).
 
@@ -24,11 +24,10 @@ from numba import types as _types
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
-from . import pool
-from ._compat import jit, prange
+from ._compat import jit
 from .irblocks import LANES, VF, fmuladd, load_vector, row_pointer, splat
 
-__all__ = ["MIN_ROWS", "product"]
+__all__ = ["MIN_ROWS", "WEIGHTS", "tiles", "transposed"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
@@ -74,73 +73,63 @@ def _tile(vectors: int, weights: int) -> Any:
                     for v in range(vectors):
                         acc = accs[v][r]
                         builder.store(fmuladd(builder, xs[v], b, builder.load(acc)), acc)
+            # Rows past the end of `out` (xt's padding) are stored to a scratch row instead:
+            # a select, not a branch per lane.
             height = builder.extract_value(o_arr.shape, 0)
+            scratch = cgutils.alloca_once(builder, ir.FloatType(), size=weights)
             for v in range(vectors):
                 for lane in range(LANES):
                     i = builder.add(m0, ir.Constant(_I64, LANES * v + lane))
-                    with builder.if_then(builder.icmp_signed("<", i, height)):
-                        orow = row_pointer(builder, o_arr, i)
-                        for r in range(weights):
-                            value = builder.extract_element(builder.load(accs[v][r]),
-                                                            ir.Constant(_I32, lane))
-                            col = builder.add(n0, ir.Constant(_I64, r))
-                            builder.store(value, builder.gep(orow, [col]))
+                    inside = builder.icmp_signed("<", i, height)
+                    orow = row_pointer(builder, o_arr, builder.select(inside, i, m0))
+                    for r in range(weights):
+                        value = builder.extract_element(builder.load(accs[v][r]),
+                                                        ir.Constant(_I32, lane))
+                        col = builder.gep(orow, [builder.add(n0, ir.Constant(_I64, r))])
+                        spare = builder.gep(scratch, [ir.Constant(_I64, r)])
+                        builder.store(value, builder.select(inside, col, spare))
 
         return sig, codegen
 
     return tile
 
 
-#: (vectors of xt, weight rows) per tile: 12 accumulators, the 16 AVX2 registers' budget.
-_WIDE: Final = (2, 6)
-_NARROW: Final = (1, 12)
-_tile_wide = _tile(*_WIDE)
-_tile_narrow = _tile(*_NARROW)
+#: (vectors of xt, weight rows) per tile: twelve accumulators, within AVX2's 16 registers.
+#: (One tile shape and no parallel region of its own: each costs a second or more of numba
+#: compilation on a cold cache; `quant`'s parallel entry runs these.)
+VECTORS: Final = 2
+WEIGHTS: Final = 6
+_tile_16x6 = _tile(VECTORS, WEIGHTS)
 
 
-@jit()
-def _transposed(x: Any, span: int) -> Any:
-    # xt (K, M rounded up to `span`), padding zeroed; written row by row (contiguous stores).
+def transposed(x: Any) -> Any:
+    """The transpose of x (M, K), (K, M rounded up to whole tiles), the padding zeroed.
+
+    (By numpy: a numba loop for it cost a second of compilation on a cold cache.)
+    """
     m_rows, k = x.shape
+    span = LANES * VECTORS
     xt = np.zeros((k, -(-m_rows // span) * span), np.float32)
-    for j in range(k):
-        for i in range(m_rows):
-            xt[j, i] = x[i, j]
+    xt[:, :m_rows] = x.T
     return xt
 
 
 @jit()
-def _dots(x: Any, w: Any, out: Any, lo: int, hi: int) -> None:
+def tiles(x: Any, xt: Any, w: Any, out: Any, lo: int, hi: int) -> None:
+    """``out[:, lo:hi] = x @ w[lo:hi].T`` with xt = `transposed` (x), `lo` a multiple of `WEIGHTS`.
+
+    By tiles; the weight rows past the last whole tile by row dot products.
+    """
     m_rows, k = x.shape
-    for n in range(lo, hi):
-        for r in range(m_rows):
+    span = LANES * VECTORS
+    n = lo
+    while n + WEIGHTS <= hi:
+        for m in range(0, m_rows, span):
+            _tile_16x6(xt, w, out, m, n)
+        n += WEIGHTS
+    for r in range(n, hi):
+        for i in range(m_rows):
             acc = np.float32(0.0)
             for j in range(k):
-                acc += x[r, j] * w[n, j]
-            out[r, n] = acc
-
-
-@jit(parallel=True)
-def _product(x: Any, w: Any, out: Any, parts: int) -> None:
-    m_rows = x.shape[0]
-    n = w.shape[0]
-    narrow = m_rows <= 8
-    weights = _NARROW[1] if narrow else _WIDE[1]
-    span = LANES * (_NARROW[0] if narrow else _WIDE[0])
-    xt = _transposed(x, span)
-    tiles = n // weights
-    step = -(-tiles // parts)
-    for t in prange(parts):
-        for b in range(t * step, min(tiles, t * step + step)):
-            for m in range(0, m_rows, span):
-                if narrow:
-                    _tile_narrow(xt, w, out, m, b * weights)
-                else:
-                    _tile_wide(xt, w, out, m, b * weights)
-    _dots(x, w, out, tiles * weights, n)
-
-
-def product(x: Any, w: Any, out: Any) -> None:
-    """``out (M, N) = x (M, K) @ w (N, K).T``, float32, all C-contiguous, M >= `MIN_ROWS`."""
-    n, k = w.shape
-    _product(x, w, out, pool.parts(n, x.shape[0] * n * k, grain=16))
+                acc += x[i, j] * w[r, j]
+            out[i, r] = acc

@@ -344,11 +344,20 @@ def _f32_gemv(x: Any, w: Any, out: Any) -> None:
 
 
 @jit(parallel=True)
-def _f32_gemv_split(x: Any, w: Any, out: Any, parts: int) -> None:
+def _f32_gemv_split(x: Any, xt: Any, w: Any, out: Any, parts: int) -> None:
+    # by `fewrows` tiles where x was transposed for them (xt has columns), else row dots; one
+    # parallel region for both (each region costs seconds of compilation on a cold cache)
     n = w.shape[0]
-    step = -(-n // parts)
+    tiled = xt.shape[1] > 0
+    grain = fewrows.WEIGHTS if tiled else 2  # whole tiles (or pairs of rows) per part
+    share = -(-n // parts)
+    step = -(-share // grain) * grain
     for t in prange(parts):
-        _f32_rows(x, w, out, t * step, min(n, t * step + step))
+        lo, hi = min(n, t * step), min(n, t * step + step)
+        if tiled:
+            fewrows.tiles(x, xt, w, out, lo, hi)
+        else:
+            _f32_rows(x, w, out, lo, hi)
 
 
 def gemv(x: Array, w: Array, out: Array) -> None:
@@ -362,12 +371,16 @@ def gemv(x: Array, w: Array, out: Array) -> None:
     split over numba's spinning workers (see `pool`). From `fewrows.MIN_ROWS` rows on, the
     products run as `fewrows`' outer-product tiles instead.
     """
-    if x.shape[0] >= fewrows.MIN_ROWS:
-        fewrows.product(x, w, out)
-        return
     n, k = w.shape
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
+    tiled = x.shape[0] >= fewrows.MIN_ROWS
     if parts > 1:
-        _f32_gemv_split(x, w, out, parts)
+        xt = fewrows.transposed(x) if tiled else _NO_TRANSPOSE
+        _f32_gemv_split(x, xt, w, out, parts)
+    elif tiled:
+        fewrows.tiles(x, fewrows.transposed(x), w, out, 0, n)
     else:
         _f32_gemv(x, w, out)
+
+
+_NO_TRANSPOSE: Final = np.zeros((0, 0), np.float32)
