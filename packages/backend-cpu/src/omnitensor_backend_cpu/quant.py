@@ -343,6 +343,10 @@ def _f32_gemv(x: Any, w: Any, out: Any) -> None:
     _f32_rows(x, w, out, 0, w.shape[0])
 
 
+#: The `xt` of `_f32_gemv_split` for products that run as row dots only.
+_NO_TRANSPOSE: Final = np.zeros((0, 0), np.float32)
+
+
 @jit(parallel=True)
 def _f32_gemv_split(x: Any, xt: Any, w: Any, out: Any, parts: int) -> None:
     # by `fewrows` tiles where x was transposed for them (xt has columns), else row dots; one
@@ -355,9 +359,8 @@ def _f32_gemv_split(x: Any, xt: Any, w: Any, out: Any, parts: int) -> None:
     for t in prange(parts):
         lo, hi = min(n, t * step), min(n, t * step + step)
         if tiled:
-            fewrows.tiles(x, xt, w, out, lo, hi)
-        else:
-            _f32_rows(x, w, out, lo, hi)
+            lo = fewrows.tiles(xt, w, out, lo, hi)
+        _f32_rows(x, w, out, lo, hi)  # (tiled: the rows past the last whole tile)
 
 
 def gemv(x: Array, w: Array, out: Array) -> None:
@@ -378,9 +381,6 @@ def gemv(x: Array, w: Array, out: Array) -> None:
         xt = fewrows.transposed(x) if tiled else _NO_TRANSPOSE
         _f32_gemv_split(x, xt, w, out, parts)
     elif tiled:
-        fewrows.tiles(x, fewrows.transposed(x), w, out, 0, n)
+        _f32_rows(x, w, out, fewrows.tiles(fewrows.transposed(x), w, out, 0, n), n)
     else:
         _f32_gemv(x, w, out)
-
-
-_NO_TRANSPOSE: Final = np.zeros((0, 0), np.float32)
