@@ -23,6 +23,7 @@ from omnitensor.models import (
     builtin_spec,
     open_checkpoint,
 )
+from omnitensor.models.fusion import fuse_projections
 
 
 def _logits(model: CompiledModel, ids: list[int]) -> np.ndarray:
@@ -75,7 +76,10 @@ def test_hparams_checkpoint_overrides_spec(make_llama: Any) -> None:
     model = ModelBuilder().with_spec("llama").with_checkpoint(make_llama(context=32)).build("ref")
     assert model.context_length == 32
     assert model.hparams["rope_freq_base"] == 10000.0
-    assert set(model.parameters()) == set(make_llama().weights)
+    # q/k/v and gate/up are joined at load (`models.fusion`); every other weight keeps its name
+    expected = set(fuse_projections(make_llama().weights, builtin_spec("llama"), model.hparams))
+    assert {"blk.0.attn_qkv.weight", "blk.0.ffn_gate_up.weight"} <= expected
+    assert set(model.parameters()) == expected
 
 
 def test_with_gguf_and_with_safetensors_agree(make_llama: Any, tmp_path: Path) -> None:

@@ -86,8 +86,8 @@ def test_formats_a_backend_does_not_run_are_dequantized_at_load(
         model = load_model(path, backend)
     assert "q5_k weights are dequantized to float32" in caplog.text
     kinds = {n: type(w._node.types[w._index]).__name__ for n, w in model.model.weights.items()}
-    assert kinds["blk.0.attn_q.weight"] == "TensorType"
-    assert kinds["blk.1.attn_q.weight"] == "QTensorType"
+    assert kinds["blk.0.attn_qkv.weight"] == "TensorType"  # q, k and v joined at load
+    assert kinds["blk.1.attn_qkv.weight"] == "QTensorType"
     assert len(model.generate("ab", max_new_tokens=2).token_ids) <= 2
 
 

@@ -31,6 +31,7 @@ from ..tensor.jit import compile as compile_fn
 from ..tensor.tensor import Tensor
 from .checkpoint import Checkpoint
 from .consistency import check_hparams
+from .fusion import fuse_projections
 from .spec import ModelSpec
 from .steps import StepContext, run_steps
 
@@ -98,9 +99,11 @@ class CompiledModel:
         # an LM head tied to the embedding table reads the table as a matrix too
         tied = {step["fallback"] for _, step in spec.walk() if step.get("op") == "LMHead"
                 and "fallback" in step and step.get("weight") not in checkpoint.weights}
+        # q/k/v and gate/up stacked into one product each where their formats allow
+        joined = fuse_projections(checkpoint.weights, spec, self.hparams)
         self.weights = {name: self._upload(name, value, keep_quantized, table=name in embedded,
                                            matrix=name not in embedded or name in tied)
-                        for name, value in checkpoint.weights.items()}
+                        for name, value in joined.items()}
         if not self.hparams.get("vocab_size") and "token_embd.weight" in self.weights:
             self.hparams["vocab_size"] = self.weights["token_embd.weight"].shape[0]
         self._prefill = compile_fn(self._forward_cached, donate=(4,))

@@ -372,8 +372,9 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 def _mlp(ctx: StepContext, s: Mapping[str, Any]) -> None:
     """down(act(up(x))), or down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU).
 
-    Weights under `prefix`: ``up``, ``down`` and, when gated, ``gate``; with ``fused_gate``
-    the ``up`` weight holds the gate rows then the up rows (Phi-3's gate_up_proj).
+    Weights under `prefix`: ``up``, ``down`` and, when gated, ``gate`` (or ``gate_up``, the
+    gate rows then the up rows, as `fusion` joins them at load); with ``fused_gate`` the ``up``
+    weight holds the gate rows then the up rows (Phi-3's gate_up_proj).
     """
     x = ctx.value(s["input"])
     prefix = ctx.name(s["prefix"])
@@ -382,8 +383,9 @@ def _mlp(ctx: StepContext, s: Mapping[str, Any]) -> None:
         raise FormatError(f"{ctx.spec_source}: MLP activation {name!r} is not one of "
                           f"{sorted(_ACTIVATIONS)}", path=ctx.spec_source)
     act = _ACTIVATIONS[name]
-    up = ctx.linear(x, f"{prefix}up")
-    if s.get("fused_gate"):
+    joined = s.get("gated") and f"{prefix}gate_up.weight" in ctx.weights
+    up = ctx.linear(x, f"{prefix}gate_up" if joined else f"{prefix}up")
+    if s.get("fused_gate") or joined:
         half = up.shape[-1] // 2
         hidden = act(up[..., :half]) * up[..., half:]
     else:
