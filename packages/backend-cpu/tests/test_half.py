@@ -125,13 +125,13 @@ def test_16_bit_models_stay_16_bit_and_match_the_reference(fmt: str, tmp_path: P
         loaded = builder.with_gguf(source) if source == gguf else builder.with_safetensors(
             source)
         model = loaded.build("cpu")
-        wtype = model.weights["blk.0.ffn_up.weight"]._node.types[0]
-        assert wtype == QTensorType(fmt, (128, 64))  # kept 16-bit, not widened at load
+        wtype = model.weights["blk.0.ffn_gate_up.weight"]._node.types[0]
+        assert wtype == QTensorType(fmt, (256, 64))  # gate and up joined, kept 16-bit
         table = model.weights["token_embd.weight"]._node.types[0]
         assert table == QTensorType(fmt, (96, 64))
         # the reference: the same weights widened to float32 at load (BLAS/GEMV products)
         reference = loaded.build("cpu", quant_policy="dequantize")
-        assert reference.weights["blk.0.ffn_up.weight"].dtype == ot.float32
+        assert reference.weights["blk.0.ffn_gate_up.weight"].dtype == ot.float32
         want = _logits(reference, ids)
         np.testing.assert_allclose(_logits(model, ids), want, rtol=1e-4,
                                    atol=1e-4 * np.abs(want).max())

@@ -19,11 +19,13 @@ from omnitensor.backend.host import HostArrayBackend, hand_out
 from omnitensor.ir import Function
 from omnitensor.ir.interpret import check_result_input
 from omnitensor.ir.program import Instruction
+from omnitensor.ir.types import QTensorType, Type
 from omnitensor.ir.verify import verify
 
 from . import threads
 from .lowering import LOWERINGS, sync
 from .plan import Plan, build_plan
+from .quant_more import PACKED_FORMATS
 
 __all__ = ["CpuBackend", "CpuExecutable"]
 
@@ -78,6 +80,10 @@ class CpuBackend(HostArrayBackend):
         """The lowering table's answer for `inst`."""
         sync()
         return LOWERINGS.supports(inst)
+
+    def repacks(self, type: Type) -> bool:
+        """True for the quantized formats `quant` repacks at load (not the 16-bit ones)."""
+        return isinstance(type, QTensorType) and type.format in PACKED_FORMATS
 
     def compile(self, function: Function) -> CpuExecutable:
         """Verify `function` and compile it into a plan (kernels compile on first run)."""

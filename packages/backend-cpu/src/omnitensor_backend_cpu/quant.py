@@ -29,14 +29,14 @@ from omnitensor.backend.host_memory import release
 
 from . import dequant, fewrows, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
-from .quant_more import MORE_FORMATS, pack_more
+from .quant_more import MORE_FORMATS, PACKED_FORMATS, pack_more
 
 __all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
 
 Array = np.ndarray[Any, Any]
 
 #: Formats with a kernel of their own (the other ggml formats are repacked by `quant_more`).
-FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"}) | MORE_FORMATS
+FORMATS: Final = PACKED_FORMATS
 
 #: Formats whose repacked quants (0..15, after Q4_0's ``+ 8``) are stored two per byte.
 #: NOTE: the 5-bit formats (Q5_0, Q5_1, Q5_K) stay one byte per weight on purpose. Stored as

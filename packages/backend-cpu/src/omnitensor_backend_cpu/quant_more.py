@@ -22,6 +22,9 @@ Array = np.ndarray[Any, Any]
 
 #: Formats repacked here (the sub-block of Q2_K and Q3_K is 16 elements, the rest 32).
 MORE_FORMATS: Final = frozenset(UNPACKERS)
+#: Every format `quant` repacks at load (numba-free here, so the backend can answer `repacks`
+#: without loading the kernels).
+PACKED_FORMATS: Final = frozenset({"q8_0", "q4_0", "q4_k", "q6_k"}) | MORE_FORMATS
 
 
 def pack_more(blocks: Array, format: str, shape: tuple[int, ...]) -> Any:

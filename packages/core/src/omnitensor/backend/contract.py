@@ -18,7 +18,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ir.opdef import OpDef
 from ..ir.program import Function, Instruction
-from ..ir.types import TensorType
+from ..ir.types import TensorType, Type
 
 __all__ = ["CONTRACT_VERSION", "Backend", "Capabilities", "Executable", "primary_dtype"]
 
@@ -111,6 +111,16 @@ class Backend(abc.ABC):
         """
 
     # --- optional ---------------------------------------------------------------------------
+
+    def repacks(self, type: Type) -> bool:
+        """Whether a weight of `type` is held beside a copy in a layout of the backend's own.
+
+        A host backend whose `omnitensor_prepare_weight` repacks a format keeps the uploaded
+        bytes too (its reference kernels read them): bytes viewed in a mapped file cost nothing
+        once their pages are released, but bytes made at load would stay resident twice, so
+        `models.fusion` does not stack such weights. Default: False.
+        """
+        return False
 
     def supports(self, inst: Instruction) -> str | None:
         """None when the backend can run `inst`, else the reason it cannot.

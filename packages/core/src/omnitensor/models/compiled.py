@@ -99,8 +99,12 @@ class CompiledModel:
         # an LM head tied to the embedding table reads the table as a matrix too
         tied = {step["fallback"] for _, step in spec.walk() if step.get("op") == "LMHead"
                 and "fallback" in step and step.get("weight") not in checkpoint.weights}
-        # q/k/v and gate/up stacked into one product each where their formats allow
-        joined = fuse_projections(checkpoint.weights, spec, self.hparams)
+        # q/k/v and gate/up stacked into one product each where their formats allow; not
+        # quantized ones the backend repacks (the stacked bytes would be held twice)
+        joined = fuse_projections(
+            checkpoint.weights, spec, self.hparams,
+            quantized=lambda v: not (keep_quantized and self._runs_quantized(v)
+                                     and backend.repacks(v.type)))
         self.weights = {name: self._upload(name, value, keep_quantized, table=name in embedded,
                                            matrix=name not in embedded or name in tied)
                         for name, value in joined.items()}

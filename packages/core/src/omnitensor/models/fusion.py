@@ -16,7 +16,7 @@ apart, so joining never changes what is computed, only how many products compute
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,13 +34,21 @@ _GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def fuse_projections(weights: dict[str, Any], spec: ModelSpec,
-                     hparams: Mapping[str, Any]) -> dict[str, Any]:
+def fuse_projections(weights: dict[str, Any], spec: ModelSpec, hparams: Mapping[str, Any],
+                     quantized: Callable[[QuantizedArray], bool] = lambda _: True
+                     ) -> dict[str, Any]:
     """`weights` with each joinable group of its spec's steps stacked into one weight.
 
     The parts' entries are replaced by the joined one (``blk.0.attn_qkv.weight`` for
     ``blk.0.attn_{q,k,v}.weight``); the pages of mapped parts are released once copied, so the
     process holds each weight once. `weights` itself is left as it was.
+
+    Args:
+        weights: the checkpoint's weights by canonical name (arrays or `QuantizedArray`).
+        spec: the model whose `Attention` and gated `MLP` steps name the groups.
+        hparams: its hyper-parameters (the repeat counts).
+        quantized: whether quantized parts like this one may be stacked (`CompiledModel` says
+            no where the backend keeps a repacked copy beside the bytes: `Backend.repacks`).
     """
     out = dict(weights)
     for prefix, parts, joined in _groups(spec, hparams):
@@ -50,6 +58,8 @@ def fuse_projections(weights: dict[str, Any], spec: ModelSpec,
             continue
         present = [b in out for b in biases]
         if any(present) and not all(present):
+            continue
+        if isinstance(out[names[0]], QuantizedArray) and not quantized(out[names[0]]):
             continue
         stacked = _stack([out[n] for n in names])
         stacked_bias = _stack([out[b] for b in biases]) if all(present) else None
