@@ -73,6 +73,38 @@ def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: 
     assert_qmatmul_close(got, want)
 
 
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_k"])
+@pytest.mark.parametrize("m", [1, 16, quant.BLAS_MIN_ROWS + 8])
+def test_products_of_one_activation_run_as_one_over_joined_rows(
+        backend: CpuBackend, fmt: str, m: int, assert_qmatmul_close: Any) -> None:
+    """q, k and v of one layer: one step, each weight's rows held once (views of the joined)."""
+    rng = np.random.default_rng(3)
+    k, rows = 256, (96, 32, 32)
+    blocks = [backend.upload(quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32),
+                                                   fmt)) for n in rows]
+    b = Builder()
+    x = b.input(TensorType((1, m, k), float32))
+    ws = [b.input(QTensorType(fmt, (n, k))) for n in rows]
+    other = b.input(QTensorType("q8_0" if fmt != "q8_0" else "q4_k", (32, k)))
+    fn = b.build([b.emit("qmatmul", x, w, format=fmt) for w in ws]
+                 + [b.emit("qmatmul", x, other, format=other.type.format)])
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["quant", "quant"]  # the three joined; the other format apart
+    for w, n in zip(blocks, rows, strict=True):
+        plugin.omnitensor_prepare_weight(backend, "w", w, QTensorType(fmt, (n, k)))
+    extra = backend.upload(quant_blocks.quantize(rng.normal(size=(32, k)).astype(np.float32),
+                                                 other.type.format))
+    xs = [rng.normal(size=(1, m, k)).astype(np.float32), *blocks, extra]
+    got = backend.run(exe, xs)
+    want = evaluate(fn, [xs[0], *[np.asarray(w) for w in blocks], extra])
+    for g, w in zip(got, want, strict=True):
+        assert_qmatmul_close(g, w)
+    joined = quant.joined_for(blocks, fmt, [(n, k) for n in rows])
+    for w, n in zip(blocks, rows, strict=True):  # each part's rows: a view of the joined
+        assert np.shares_memory(quant.packed_for(w, fmt, (n, k)).stored, joined.stored)
+    assert backend.run(exe, xs)[1].tolist() == got[1].tolist()
+
+
 def test_large_qmatmul_split_over_threads_agrees() -> None:
     rng = np.random.default_rng(2)
     n, k = 4096, 4096

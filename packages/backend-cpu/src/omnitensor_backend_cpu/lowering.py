@@ -101,7 +101,7 @@ def _register_primitives() -> None:
 
     @LOWERINGS.register("qmatmul", dtypes=table["qmatmul"])
     def _qmatmul(ctx: Lower, view: OpView) -> Draft | None:
-        return qmatmul_step(view.inst, ctx.step)
+        return qmatmul_step(view.inst, ctx.step, ctx.function)
 
     @LOWERINGS.register("reduce_sum", dtypes=table["reduce_sum"])
     def _sum(ctx: Lower, view: OpView) -> Draft | None:

@@ -31,7 +31,7 @@ from . import dequant, fewrows, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
 from .quant_more import MORE_FORMATS, PACKED_FORMATS, pack_more
 
-__all__ = ["FORMATS", "Packed", "pack", "packed_for", "qmatmul"]
+__all__ = ["FORMATS", "Packed", "joined_for", "pack", "packed_for", "qmatmul"]
 
 Array = np.ndarray[Any, Any]
 
@@ -229,6 +229,62 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
         with _LOCK:
             _CACHE[key] = (weakref.ref(blocks, lambda _: _forget(key)), packed)
     return packed
+
+
+def _stack(parts: list[Packed]) -> Packed:
+    """The parts' rows one after another (one format, one layout)."""
+    def rows(arrays: list[Array | None]) -> Array | None:
+        return None if arrays[0] is None else np.concatenate(arrays)  # type: ignore[arg-type]
+
+    first = parts[0]
+    return Packed(rows([p._qs for p in parts]), rows([p.d for p in parts]),  # type: ignore[arg-type]
+                  format=first.format, shift=first.shift, mins=rows([p.mins for p in parts]),
+                  nibbles=rows([p.nibbles for p in parts]))
+
+
+def _slice(packed: Packed, lo: int, hi: int) -> Packed:
+    """Weight rows [lo, hi) of `packed`, as views."""
+    def rows(array: Array | None) -> Array | None:
+        return None if array is None else array[lo:hi]
+
+    return Packed(rows(packed._qs), packed.d[lo:hi], format=packed.format, shift=packed.shift,
+                  mins=rows(packed.mins), nibbles=rows(packed.nibbles))
+
+
+# NOTE: keyed by the parts' ids, with weak references proving they are the same arrays.
+_JOINED: dict[tuple[int, ...], tuple[list[weakref.ref[Array]], Packed]] = {}
+
+
+def joined_for(parts: list[Array], format: str, shapes: list[tuple[int, ...]]) -> Packed:
+    """One repacked weight holding the rows of every part in turn, made once per parts.
+
+    Products that read the same activations (a layer's q, k and v) run as one product over
+    it: one quantization of the activations and one parallel region instead of one per part.
+    Each part's own repacked form becomes a view of the joined one, so the rows are held once.
+    """
+    key = tuple(id(p) for p in parts)
+    entry = _JOINED.get(key)
+    if entry is not None and all(r() is p for r, p in zip(entry[0], parts, strict=True)):
+        return entry[1]
+    packed = [packed_for(p, format, s) for p, s in zip(parts, shapes, strict=True)]
+    joined = _stack(packed)
+    if all(not p.flags.writeable for p in parts):
+        with _LOCK:
+            lo = 0
+            for part, one in zip(parts, packed, strict=True):
+                hi = lo + one.shape[0]
+                cached = _CACHE.get(id(part))
+                if cached is not None and cached[0]() is part:
+                    _CACHE[id(part)] = (cached[0], _slice(joined, lo, hi))
+                lo = hi
+            _JOINED[key] = ([weakref.ref(p, lambda _: _forget_joined(key)) for p in parts],
+                            joined)
+    return joined
+
+
+def _forget_joined(key: tuple[int, ...]) -> None:
+    with _LOCK:
+        _JOINED.pop(key, None)
 
 
 _NO_MINS: Final = np.zeros((1, 0), np.float32)

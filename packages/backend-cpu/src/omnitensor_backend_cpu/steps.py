@@ -64,6 +64,15 @@ def _direct_step(inst: Instruction) -> Step | None:
             slots[out] = slots[x].transpose(perm)
 
         return transpose
+    if inst.op == "slice":  # q, k and v of a joined product; gate and up
+        (x,), attrs = reads, inst.attrs
+        index = tuple(slice(a, b, s) for a, b, s in zip(attrs["start"], attrs["limit"],
+                                                        attrs["stride"], strict=True))
+
+        def basic_slice(slots: Slots) -> None:
+            slots[out] = slots[x][index]
+
+        return basic_slice
     if inst.op == "broadcast_in_dim":
         return _broadcast_step(inst)
     ufunc = _UFUNCS.get(inst.op)
@@ -280,8 +289,33 @@ def sum_step(inst: Instruction, index: int) -> Draft | None:
     return Draft([x], [out], make, owned, "blas")
 
 
-def qmatmul_step(inst: Instruction, index: int) -> Draft | None:
-    """`qmatmul` of float32 activations by a weight format `quant` has a kernel for."""
+def _siblings(inst: Instruction, function: Function) -> list[Instruction]:
+    """The `qmatmul`s of the same activations by weights of `inst`'s format (itself among them).
+
+    Only weights that are function inputs (a model's parameters: the same buffers every run)
+    and only when every sibling keeps float32 activations and results.
+    """
+    inputs = {i.value.id for i in function.inputs}
+    x, fmt = inst.operands[0], inst.attrs["format"]
+
+    def joins(other: Instruction) -> bool:
+        out_t = other.results[0].type
+        return (other.op == "qmatmul" and other.operands[0].id == x.id
+                and other.attrs.get("format") == fmt and other.operands[1].id in inputs
+                and isinstance(out_t, TensorType) and out_t.dtype == float32
+                and out_t.size > 0 and other.attrs == inst.attrs)
+
+    return [other for other in function.body if joins(other)]
+
+
+def qmatmul_step(inst: Instruction, index: int, function: Function) -> Draft | None:
+    """`qmatmul` of float32 activations by a weight format `quant` has a kernel for.
+
+    The products of one activation by several weights (a layer's q, k and v; gate and up)
+    run as one step over the weights' joined rows (`quant.joined_for`): the activations are
+    quantized once and the rows split over the threads once. The first sibling's step
+    computes every sibling's result; the others' steps are empty (and dropped).
+    """
     x_t, out_t = inst.operands[0].type, inst.results[0].type
     w_t = inst.operands[1].type
     assert isinstance(x_t, TensorType) and isinstance(out_t, TensorType)
@@ -296,6 +330,12 @@ def qmatmul_step(inst: Instruction, index: int) -> Draft | None:
     n, k = shape
     m = out_t.size // n
     x, w, out = inst.operands[0].id, inst.operands[1].id, inst.results[0].id
+    siblings = _siblings(inst, function) if inst.operands[1].id in {
+        i.value.id for i in function.inputs} else []
+    if len(siblings) > 1:
+        if siblings[0] is not inst:  # computed by the first sibling's step
+            return Draft([], [], lambda _: lambda slots: None, [], "ref")
+        return _joined_step(siblings, m, k, fmt)
     owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
@@ -337,6 +377,32 @@ def _half_step(inst: Instruction, index: int) -> Draft:
         return step
 
     return Draft([x, w], [out], make, owned, "quant")
+
+
+def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str) -> Draft:
+    from . import quant
+
+    x = siblings[0].operands[0].id
+    weights = [i.operands[1].id for i in siblings]
+    outs = [i.results[0].id for i in siblings]
+    shapes = [tuple(getattr(i.operands[1].type, "logical_shape", ())) for i in siblings]
+    out_shapes = [getattr(i.results[0].type, "shape", ()) for i in siblings]
+    bounds = np.cumsum([0] + [s[0] for s in shapes]).tolist()
+
+    def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
+        def step(slots: Slots) -> None:
+            packed = quant.joined_for([slots[w] for w in weights], fmt, shapes)
+            # NOTE: a fresh result each run: the siblings' results are views of it, which the
+            # planner's pooled buffers (one per value) cannot describe
+            result = np.empty((m, bounds[-1]), np.float32)
+            quant.qmatmul(np.ascontiguousarray(slots[x]).reshape(m, k), packed, result)
+            for out, lo, hi, shape in zip(outs, bounds[:-1], bounds[1:], out_shapes,
+                                          strict=True):
+                slots[out] = result[:, lo:hi].reshape(shape)
+
+        return step
+
+    return Draft([x, *weights], outs, make, [], "quant")
 
 
 def update_step(inst: Instruction, function: Function, idx: int) -> Draft | None:
