@@ -383,7 +383,9 @@ def _assign_buffers(function: Function, drafts: list[Draft], template: list[Any]
     for draft in drafts:
         for o in draft.owned:
             owned_by_value[o.value] = o
-        carried = frozenset().union(*(aliases.get(r, frozenset()) for r in draft.reads))
+        # a step's other results may be views of its own buffers too (the joined products)
+        carried = frozenset().union(*(aliases.get(r, frozenset()) for r in draft.reads),
+                                    (o.value for o in draft.owned))
         for w in draft.writes:
             aliases[w] = frozenset({w}) if w in owned_by_value else carried
     last_use: dict[int, int] = {}

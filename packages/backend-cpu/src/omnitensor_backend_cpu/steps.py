@@ -330,12 +330,15 @@ def qmatmul_step(inst: Instruction, index: int, function: Function) -> Draft | N
     n, k = shape
     m = out_t.size // n
     x, w, out = inst.operands[0].id, inst.operands[1].id, inst.results[0].id
-    siblings = _siblings(inst, function) if inst.operands[1].id in {
+    # NOTE: from BLAS_MIN_ROWS rows (dequantized tiles by BLAS) the per-product overheads
+    # are noise, and the joined result's column blocks would cost copies where contiguous
+    # results are wanted (Q8_0 prefill of 128 tokens: 1206-1359 against 1084-1325 ms joined)
+    siblings = _siblings(inst, function) if m < quant.BLAS_MIN_ROWS and inst.operands[1].id in {
         i.value.id for i in function.inputs} else []
     if len(siblings) > 1:
         if siblings[0] is not inst:  # computed by the first sibling's step
             return Draft([], [], lambda _: lambda slots: None, [], "ref")
-        return _joined_step(siblings, m, k, fmt)
+        return _joined_step(siblings, m, k, fmt, index)
     owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
@@ -379,7 +382,7 @@ def _half_step(inst: Instruction, index: int) -> Draft:
     return Draft([x, w], [out], make, owned, "quant")
 
 
-def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str) -> Draft:
+def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str, index: int) -> Draft:
     from . import quant
 
     x = siblings[0].operands[0].id
@@ -389,12 +392,16 @@ def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str) -> Draft
     out_shapes = [getattr(i.results[0].type, "shape", ()) for i in siblings]
     bounds = np.cumsum([0] + [s[0] for s in shapes]).tolist()
 
-    def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
+    # one buffer for all the results, owned by the first: the others are views of it (the
+    # planner keeps it while any of them is read)
+    owned = [Owned(outs[0], (m, bounds[-1]), np.dtype(np.float32), index)]
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[outs[0]]
+
         def step(slots: Slots) -> None:
             packed = quant.joined_for([slots[w] for w in weights], fmt, shapes)
-            # NOTE: a fresh result each run: the siblings' results are views of it, which the
-            # planner's pooled buffers (one per value) cannot describe
-            result = np.empty((m, bounds[-1]), np.float32)
+            result = get(slots)
             quant.qmatmul(np.ascontiguousarray(slots[x]).reshape(m, k), packed, result)
             for out, lo, hi, shape in zip(outs, bounds[:-1], bounds[1:], out_shapes,
                                           strict=True):
@@ -402,7 +409,7 @@ def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str) -> Draft
 
         return step
 
-    return Draft([x, *weights], outs, make, [], "quant")
+    return Draft([x, *weights], outs, make, owned, "quant")
 
 
 def update_step(inst: Instruction, function: Function, idx: int) -> Draft | None:
