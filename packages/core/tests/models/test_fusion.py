@@ -104,17 +104,10 @@ def test_a_joined_llama_computes_what_its_parts_compute(make_llama: Any, monkeyp
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_joined_encoder_embeds_what_its_parts_embed(make_bert: Any, monkeypatch: Any,
-                                                      backend: str) -> None:
-    tokens = np.array([[1, 4, 6, 8, 2, 0], [1, 3, 2, 0, 0, 0]], np.int32)
-    mask = tokens != 0
-    joined = _build(make_bert(hidden=32), backend, "bert")
-    assert "blk.1.attn_qkv.bias" in joined.weights
-    got = joined.encode(tokens, mask)
-    _apart(monkeypatch)
-    want = _build(make_bert(hidden=32), backend, "bert").encode(tokens, mask)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+def test_an_encoder_keeps_its_products_apart(make_bert: Any) -> None:
+    """Encoders run hundreds of rows a batch, where joining saves nothing (see `compiled`)."""
+    names = set(_build(make_bert(hidden=32), "ref", "bert").weights)
+    assert "blk.1.attn_q.weight" in names and "blk.1.attn_qkv.weight" not in names
 
 
 def test_groups_that_cannot_be_stacked_as_they_are_stay_apart(make_llama: Any) -> None:
