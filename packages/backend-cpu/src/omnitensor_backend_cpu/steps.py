@@ -293,9 +293,12 @@ def _siblings(inst: Instruction, function: Function) -> list[Instruction]:
     """The `qmatmul`s of the same activations by weights of `inst`'s format (itself among them).
 
     Only weights that are function inputs (a model's parameters: the same buffers every run)
-    and only when every sibling keeps float32 activations and results.
+    and only when every sibling keeps float32 activations and results; none when `inst`'s own
+    weight is not an input.
     """
     inputs = {i.value.id for i in function.inputs}
+    if inst.operands[1].id not in inputs:
+        return []
     x, fmt = inst.operands[0], inst.attrs["format"]
 
     def joins(other: Instruction) -> bool:
@@ -333,8 +336,7 @@ def qmatmul_step(inst: Instruction, index: int, function: Function) -> Draft | N
     # NOTE: from BLAS_MIN_ROWS rows (dequantized tiles by BLAS) the per-product overheads
     # are noise, and the joined result's column blocks would cost copies where contiguous
     # results are wanted (Q8_0 prefill of 128 tokens: 1206-1359 against 1084-1325 ms joined)
-    siblings = _siblings(inst, function) if m < quant.BLAS_MIN_ROWS and inst.operands[1].id in {
-        i.value.id for i in function.inputs} else []
+    siblings = _siblings(inst, function) if m < quant.BLAS_MIN_ROWS else []
     if len(siblings) > 1:
         if siblings[0] is not inst:  # computed by the first sibling's step
             return Draft([], [], lambda _: lambda slots: None, [], "ref")
