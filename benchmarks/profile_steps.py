@@ -14,8 +14,9 @@ char-gpt training step of `train_step.py`).
 ``--again`` runs each step a second time right after itself and prints that time beside the
 step's own: what the step costs warm, against what it costs in sequence, after the steps before
 it (a decode step's weight stream) left its code and data cold. A small decode step costs ~3x
-in sequence what it costs again (`rms_norm` 25 against 7 us). The steps' results are idempotent
-(in-place steps write the same values again), so the workload still computes what it did.
+in sequence what it costs again (`rms_norm` 25 against 7 us). The second run starts from the
+slots as the first found them, and a step never writes a buffer it reads (in-place steps write
+the same values again), so the workload still computes what it did.
 """
 
 from __future__ import annotations
@@ -57,15 +58,22 @@ class Profile:
             wrapped = []
             for step, label in zip(steps, plan.labels, strict=True):
                 def timed(slots: Any, step: Any = step, label: str = label) -> None:
+                    before = list(slots) if profile.again else slots
                     t = time.perf_counter()
                     step(slots)
                     entry = profile.by_label[label]
                     entry[0] += time.perf_counter() - t
                     entry[1] += 1
                     if profile.again:
+                        # from the slots as the step found them: a step may replace the slot
+                        # of its own buffer by a view (the joined products), and run on
+                        # that view it would write past it
+                        after = list(slots)
+                        slots[:] = before
                         t = time.perf_counter()
                         step(slots)
                         entry[2] += time.perf_counter() - t
+                        slots[:] = after
                 wrapped.append(timed)
             plan.steps = wrapped
             try:

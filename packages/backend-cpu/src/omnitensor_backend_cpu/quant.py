@@ -339,6 +339,10 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     rows holding a NaN or an infinity, multiply dequantized tiles of the weight by BLAS.
     """
     m_rows = x.shape[0]
+    if out.shape != (m_rows, packed.shape[0]) or x.shape[1] != packed.shape[1]:
+        # the compiled kernels index without bounds checks: a wrong buffer would be overrun
+        raise ValueError(f"qmatmul of x {x.shape} by a weight {packed.shape} into out "
+                         f"{out.shape}: shapes do not match")
     mins = _NO_MINS if packed.mins is None else packed.mins
     if m_rows < BLAS_MIN_ROWS and x.dtype == np.float32 and _integer(x, packed, mins, out):
         return
