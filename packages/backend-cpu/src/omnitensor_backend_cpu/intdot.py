@@ -73,6 +73,11 @@ def _strided(builder: Any, vec: Any, start: int, count: int) -> Any:
                                                         list(range(start, 2 * count, 2))))
 
 
+def _byte(builder: Any, column: Any, nibbles: bool) -> Any:
+    """The byte offset of weight `column` in its row (two weights a byte with `nibbles`)."""
+    return builder.ashr(column, ir.Constant(column.type, 1)) if nibbles else column
+
+
 def _dot_kernel(shift: int, rows: int) -> Any:
     """An intrinsic ``dot(qs, n, xq, m, d, xd)`` for sub-blocks of ``1 << shift``.
 
@@ -119,16 +124,18 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             vf = ir.VectorType(_F32, _LANES)
             wide = ir.VectorType(_I32, size)
             accs = [cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in x_rows]
-            with cgutils.for_range(builder, blocks) as loop:
-                b = loop.index
+            def block(b: Any, prefetch: bool, scales: list[tuple[Any, int]] | None = None
+                      ) -> None:
                 at = builder.shl(b, ir.Constant(b.type, shift))
                 q = load_quants(builder, q_row, at, size, nibbles)
                 qw = builder.zext(q, wide) if nibbles else builder.sext(q, wide)
-                first = builder.ashr(at, ir.Constant(at.type, 1)) if nibbles else at
-                _prefetch(builder, builder.gep(q_row, [
-                    builder.add(first, ir.Constant(at.type, _PREFETCH_BYTES))]))
-                dq = builder.load(builder.gep(d_row, [b]))
-                for x_row, xd_row, acc in zip(x_rows, xd_rows, accs, strict=True):
+                if prefetch:
+                    _prefetch(builder, builder.gep(q_row, [
+                        builder.add(_byte(builder, at, nibbles),
+                                    ir.Constant(at.type, _PREFETCH_BYTES))]))
+                dq = None if scales else builder.load(builder.gep(d_row, [b]))
+                for r, (x_row, xd_row, acc) in enumerate(zip(x_rows, xd_rows, accs,
+                                                             strict=True)):
                     x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
                                                      ir.VectorType(_I16, size).as_pointer()),
                                      align=2)
@@ -141,10 +148,44 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                         width //= 2
                         s = builder.add(_lanes(builder, s, 0, width),
                                         _lanes(builder, s, width, width))
-                    scale = builder.fmul(dq, builder.load(builder.gep(xd_row, [b])))
-                    term = builder.fmul(builder.sitofp(s, vf), splat(builder, scale, _LANES),
-                                        flags=["contract"])
+                    if scales:
+                        vector, lane = scales[r]
+                        spread = builder.shuffle_vector(
+                            vector, ir.Constant(vector.type, ir.Undefined),
+                            ir.Constant(ir.VectorType(_I32, _LANES), [lane] * _LANES))
+                    else:
+                        spread = splat(builder, builder.fmul(
+                            dq, builder.load(builder.gep(xd_row, [b]))), _LANES)
+                    term = builder.fmul(builder.sitofp(s, vf), spread, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
+
+            # NOTE: the blocks of one 64-byte line of weights at a time, with one prefetch and
+            # one vector multiply of the scales a row (the rest, if the row does not end on a
+            # line, a block at a time): per 4-bit block one prefetch and two scalar operations
+            # fewer. A 4864 x 896 product, same process, interleaved medians against a block at
+            # a time: Q4_K 0.95x the time at 1, 4 and 16 rows, Q6_K 0.96x / 0.94x / 0.91x, Q8_0
+            # level (the results are the same bits: each row still adds its blocks in order)
+            per_line = 64 // (size // 2 if nibbles else size)
+            lines = builder.ashr(blocks, ir.Constant(blocks.type, per_line.bit_length() - 1))
+            with cgutils.for_range(builder, lines) as loop:
+                first = builder.mul(loop.index, ir.Constant(blocks.type, per_line))
+                _prefetch(builder, builder.gep(q_row, [builder.add(
+                    _byte(builder, builder.shl(first, ir.Constant(first.type, shift)), nibbles),
+                    ir.Constant(first.type, _PREFETCH_BYTES))]))
+                # the line's weight scales times each row's, one vector multiply a row
+                line = ir.VectorType(_F32, per_line)
+                dq = builder.load(builder.bitcast(builder.gep(d_row, [first]),
+                                                  line.as_pointer()), align=4)
+                products = [builder.fmul(dq, builder.load(builder.bitcast(
+                    builder.gep(xd_row, [first]), line.as_pointer()), align=4))
+                    for xd_row in xd_rows]
+                for u in range(per_line):
+                    block(builder.add(first, ir.Constant(first.type, u)), False,
+                          [(p, u) for p in products])
+            done = builder.mul(lines, ir.Constant(blocks.type, per_line))
+            with cgutils.for_range_slice(builder, done, blocks,
+                                         ir.Constant(blocks.type, 1)) as (b, _):
+                block(b, True)
             values = []
             for acc in accs:
                 total = builder.load(acc)
