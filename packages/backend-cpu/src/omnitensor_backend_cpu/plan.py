@@ -311,12 +311,16 @@ def _groups(function: Function) -> dict[int, FusedGroup]:
 
 
 def _worth_fusing(insts: list[Instruction]) -> bool:
-    # NOTE: a lone cheap op is as fast in numpy and would cost a numba compile; a lone float32
-    # transcendental is worth it (vectorized approximations instead of libm calls).
+    # NOTE: a lone cheap op is as fast in numpy and would cost a numba compile, unless it is
+    # large enough for the pool's threads (numpy runs on one); a lone float32 transcendental
+    # is worth it (vectorized approximations instead of libm calls).
     if len(insts) > 1:
         return True
     inst = insts[0]
-    dtype = getattr(inst.results[0].type, "dtype", None)
+    result = inst.results[0].type
+    dtype = getattr(result, "dtype", None)
+    if isinstance(result, TensorType) and result.size >= pool.MIN_SPLIT:
+        return True
     return dtype == float32 and inst.op in codegen.FAST_F32
 
 
