@@ -46,11 +46,12 @@ def test_tile_dequantization_is_exact(fmt: str) -> None:
     assert np.isnan(tile[0]).all() and np.isnan(tile[4]).all()  # rows outside: untouched
 
 
-# (The 32-element formats also at 3 and 13 blocks a row: rows that are not a whole number of
-# the K formats' 256-element super-blocks.)
+# (The 32-element formats also at 3, 6, 7 and 13 blocks a row: rows that are not a whole
+# number of the K formats' 256-element super-blocks, nor of the 4-bit kernel's lines of four
+# blocks: a last pair, a last block, both.)
 @pytest.mark.parametrize("fmt,n,k", [(f, n, k) for f in FORMATS
                                      for n, k in [(8, 256), (40, 768), (300, 1024)]]
-                         + [(f, 9, k) for f in ("q8_0", "q4_0") for k in (96, 416)])
+                         + [(f, 9, k) for f in ("q8_0", "q4_0") for k in (96, 192, 224, 416)])
 @pytest.mark.parametrize("m", [1, 3, 40, quant.BLAS_MIN_ROWS + 8])  # integer dots; BLAS tiles
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int, n: int,
                                               k: int, assert_qmatmul_close: Any) -> None:
