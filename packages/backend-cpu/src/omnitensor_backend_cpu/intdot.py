@@ -159,14 +159,6 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     term = builder.fmul(builder.sitofp(s, vf), spread, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
-            # NOTE: the blocks of one 64-byte line of weights at a time, with one prefetch and
-            # one vector multiply of the scales a row (the rest, if the row does not end on a
-            # line, a block at a time): per 4-bit block one prefetch and two scalar operations
-            # fewer. A 4864 x 896 product, same process, interleaved medians against a block at
-            # a time: Q6_K 0.96x / 0.94x / 0.91x the time at 1, 4 and 16 rows, Q8_0 level, the
-            # same bits (each row still adds its blocks in order). 4-bit weights go by pairs of
-            # blocks (`pair`): a 4864 x 896 Q4_K product 0.76x / 0.78x / 0.80x the time at 1, 4
-            # and 16 rows, 896 x 4864 0.72x / 0.86x / 0.92x (same process, interleaved medians)
             def pair(first: Any, spreads: list[Any]) -> None:
                 # 4-bit blocks `first` and `first + 1` (one 32-byte load) against x in the
                 # layout `interleave_pairs` gave it; `spreads` holds each row's two block scales
@@ -209,6 +201,14 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     builder.gep(xd_row, [first]), line.as_pointer()), align=4))
                     for xd_row in xd_rows]
 
+            # NOTE: the blocks of one 64-byte line of weights at a time, with one prefetch and
+            # one vector multiply of the scales a row (the rest, if the row does not end on a
+            # line, a block at a time): per 4-bit block one prefetch and two scalar operations
+            # fewer. A 4864 x 896 product, same process, interleaved medians against a block at
+            # a time: Q6_K 0.96x / 0.94x / 0.91x the time at 1, 4 and 16 rows, Q8_0 level, the
+            # same bits (each row still adds its blocks in order). 4-bit weights go by pairs of
+            # blocks (`pair`): a 4864 x 896 Q4_K product 0.76x / 0.78x / 0.80x the time at 1, 4
+            # and 16 rows, 896 x 4864 0.72x / 0.86x / 0.92x (same process, interleaved medians)
             per_line = 64 // (size // 2 if nibbles else size)
             lines = builder.ashr(blocks, ir.Constant(blocks.type, per_line.bit_length() - 1))
             with cgutils.for_range(builder, lines) as loop:
