@@ -124,6 +124,12 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             vf = ir.VectorType(_F32, _LANES)
             wide = ir.VectorType(_I32, size)
             accs = [cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in x_rows]
+
+            def spread(vector: Any, lanes: list[int]) -> Any:
+                # the 8 float32 lanes [vector[i] for i in lanes]: scales spread over products
+                return builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
+                                              ir.Constant(ir.VectorType(_I32, _LANES), lanes))
+
             def block(b: Any, prefetch: bool, scales: list[tuple[Any, int]] | None = None
                       ) -> None:
                 at = builder.shl(b, ir.Constant(b.type, shift))
@@ -150,13 +156,11 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                                         _lanes(builder, s, width, width))
                     if scales:
                         vector, lane = scales[r]
-                        spread = builder.shuffle_vector(
-                            vector, ir.Constant(vector.type, ir.Undefined),
-                            ir.Constant(ir.VectorType(_I32, _LANES), [lane] * _LANES))
+                        scale = spread(vector, [lane] * _LANES)
                     else:
-                        spread = splat(builder, builder.fmul(
+                        scale = splat(builder, builder.fmul(
                             dq, builder.load(builder.gep(xd_row, [b]))), _LANES)
-                    term = builder.fmul(builder.sitofp(s, vf), spread, flags=["contract"])
+                    term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
             def pair(first: Any, spreads: list[Any]) -> None:
@@ -174,7 +178,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                           builder.lshr(raw, ir.Constant(i16x16, [12] * 16))]
                 i32x16 = ir.VectorType(_I32, 16)
                 wide_quants = [builder.zext(q, i32x16) for q in quants]
-                for x_row, acc, spread in zip(x_rows, accs, spreads, strict=True):
+                for x_row, acc, scale in zip(x_rows, accs, spreads, strict=True):
                     s = None
                     for part, qw in enumerate(wide_quants):
                         x = builder.load(builder.bitcast(
@@ -183,14 +187,8 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                         p = builder.mul(qw, builder.sext(x, i32x16))
                         t = builder.add(_strided(builder, p, 0, 8), _strided(builder, p, 1, 8))
                         s = t if s is None else builder.add(s, t)
-                    term = builder.fmul(builder.sitofp(s, vf), spread, flags=["contract"])
+                    term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
-
-            def spread(vector: Any, first_lane: int) -> Any:
-                return builder.shuffle_vector(
-                    vector, ir.Constant(vector.type, ir.Undefined),
-                    ir.Constant(ir.VectorType(_I32, _LANES),
-                                [first_lane] * 4 + [first_lane + 1] * 4))
 
             def scale_products(first: Any, count: int) -> list[Any]:
                 # the weight scales of `count` blocks times each row's, one vector multiply a row
@@ -220,7 +218,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                 if nibbles:
                     for u in range(0, per_line, 2):
                         pair(builder.add(first, ir.Constant(first.type, u)),
-                             [spread(p, u) for p in products])
+                             [spread(p, [u] * 4 + [u + 1] * 4) for p in products])
                 else:
                     for u in range(per_line):
                         block(builder.add(first, ir.Constant(first.type, u)), False,
@@ -229,7 +227,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             if nibbles:  # a last pair, in the interleaved layout too
                 two = ir.Constant(blocks.type, 2)
                 with builder.if_then(builder.icmp_signed(">=", builder.sub(blocks, done), two)):
-                    pair(done, [spread(p, 0) for p in scale_products(done, 2)])
+                    pair(done, [spread(p, [0] * 4 + [1] * 4) for p in scale_products(done, 2)])
                 last_pair = builder.and_(builder.sub(blocks, done), two)
                 done = builder.add(done, last_pair)
             with cgutils.for_range_slice(builder, done, blocks,
