@@ -55,3 +55,62 @@ def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: 
     (got,) = backend.run(exe, xs)
     (want,) = evaluate(fn, [xs[0], blocks])
     assert_qmatmul_close(got, want)
+
+
+FIVE_BIT = sorted(quant.FIVE_BIT_FORMATS)
+
+
+@pytest.mark.parametrize("fmt", FIVE_BIT)
+def test_5_bit_weights_stay_5_bit(fmt: str) -> None:
+    # nibbles plus a plane of fifth bits: Q5_0 holds exactly its ggml blocks' bytes where the
+    # CPU widens halves (its scales stay the file's halves)
+    from omnitensor_backend_cpu._compat import HALF_CONVERSION
+
+    rng = np.random.default_rng(7)
+    n, k = 8, 512
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
+    packed = quant.pack(blocks, fmt, (n, k))
+    assert packed.nibbles is not None and packed.highs is not None
+    assert packed.highs.shape == (n, k // 8)
+    held = sum(a.nbytes for a in (packed.nibbles, packed.highs, packed.d, packed.mins)
+               if a is not None)
+    if fmt == "q5_0":
+        assert held == (blocks.nbytes if HALF_CONVERSION else blocks.nbytes * 24 // 22)
+    assert held <= 1.3 * blocks.nbytes
+
+
+@pytest.mark.parametrize("k", [160, 224])  # rows that are not whole lines of 128
+def test_5_bit_rows_of_partial_lines_stay_one_byte_a_weight(k: int,
+                                                            assert_qmatmul_close: Any) -> None:
+    rng = np.random.default_rng(8)
+    n = 24
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), "q5_0")
+    packed = quant.pack(blocks, "q5_0", (n, k))
+    assert packed.highs is None and packed.nibbles is None
+    x = rng.normal(size=(3, k)).astype(np.float32)
+    out = np.empty((3, n), np.float32)
+    quant.qmatmul(x, packed, out)
+    assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, "q5_0").T)
+
+
+def test_fifth_bit_plane_round_trips_every_level() -> None:
+    from omnitensor_backend_cpu import fivebit
+
+    rng = np.random.default_rng(9)
+    q = rng.integers(-16, 16, size=(5, 3 * fivebit.LINE)).astype(np.int8)
+    q[0, :32] = np.arange(-16, 16)
+    nibbles, plane = fivebit.split(q)
+    assert nibbles.shape == (5, 3 * 64) and plane.shape == (5, 3 * 16)
+    np.testing.assert_array_equal(fivebit.join(nibbles, plane), q)
+
+
+def test_integer_product_refuses_a_plane_of_the_wrong_shape() -> None:
+    from omnitensor_backend_cpu import intdot
+
+    packed = quant.pack(quant_blocks.quantize(np.ones((4, 256), np.float32), "q5_0"), "q5_0",
+                        (4, 256))
+    assert packed.nibbles is not None and packed.highs is not None
+    out = np.empty((1, 4), np.float32)
+    with pytest.raises(ValueError, match="plane"):
+        intdot.run(np.ones((1, 256), np.float32), packed.nibbles, packed.d,
+                   np.zeros((4, 0), np.float32), out, 5, packed.highs[:, :8])

@@ -30,31 +30,37 @@ intrinsic: Any = _intrinsic
 
 Array = np.ndarray[Any, Any]
 
-_F32 = ir.FloatType()
+_F32, _I8, _I32 = ir.FloatType(), ir.IntType(8), ir.IntType(32)
 
 
 def _block_kernel(shift: int) -> Any:
-    """An intrinsic ``block(qs, n, b, out, r, scale, offset)`` for sub-blocks of ``1 << shift``.
+    """An intrinsic ``block(qs, n, b, out, r, scale, offset, highs)``, sub-blocks ``1 << shift``.
 
     Writes ``out[r, j] = q[n, j] * scale - offset`` for the sub-block's columns j, where q is
     int8 `qs` (N, K), or uint8 `qs` (N, K / 2) holding two weights 0..15 per byte (sub-blocks
     of 32 only: in each block, byte i holds weight i in its low nibble and 16 + i in its high
-    one, `quant.nibble_pack`'s layout). `out` is C-contiguous float32 (rows, K).
+    one, `quant.nibble_pack`'s layout), less 16 where the weight's inverted fifth bit in
+    `highs` (N, K / 8) is set (`fivebit`'s plane; None for 4-bit nibbles and int8 quants).
+    `out` is C-contiguous float32 (rows, K).
     """
     size = 1 << shift
 
     @intrinsic  # type: ignore[untyped-decorator]
     def block(typingctx: Any, qs: Any, n: Any, b: Any, out: Any, r: Any, scale: Any,
-              offset: Any) -> Any:
+              offset: Any, highs: Any) -> Any:
         nibbles = isinstance(qs, types.Array) and qs.dtype == types.uint8 and size == 32
-        arrays = ((qs, types.uint8 if nibbles else types.int8), (out, types.float32))
+        five = not isinstance(highs, types.NoneType)
+        arrays = ((qs, types.uint8 if nibbles else types.int8), (out, types.float32),
+                  *(((highs, types.uint8),) if five else ()))
+        if five and not nibbles:
+            return None
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
                    and a.dtype == t for a, t in arrays):
             return None
         # a scale stored as half bits (uint16) is widened here, not converted as an integer
         half = scale == types.uint16
         sig = types.void(qs, n, b, out, r, types.uint16 if half else types.float32,
-                         types.float32)
+                         types.float32, highs)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
             q_arr, o_arr = (context.make_array(signature.args[i])(context, builder, args[i])
@@ -69,7 +75,12 @@ def _block_kernel(shift: int) -> Any:
             q_cols = builder.extract_value(q_arr.shape, 1)
             q = load_quants(builder, builder.gep(q_arr.data, [builder.mul(row, q_cols)]), start,
                             size, nibbles)
-            to_float = builder.uitofp if nibbles else builder.sitofp
+            to_float = builder.uitofp if nibbles and not five else builder.sitofp
+            if five:
+                h_arr = context.make_array(signature.args[7])(context, builder, args[7])
+                h_row = builder.gep(h_arr.data, [builder.mul(row, builder.extract_value(
+                    h_arr.shape, 1))])
+                q = builder.sub(q, _sixteens(builder, h_row, blk))
             values = to_float(q, ir.VectorType(_F32, size))
             scaled = builder.fsub(builder.fmul(values, splat(builder, scale, size)),
                                   splat(builder, offset, size))
@@ -83,13 +94,37 @@ def _block_kernel(shift: int) -> Any:
     return block
 
 
+def _sixteens(builder: Any, h_row: Any, block: Any) -> Any:
+    """<32 x i8>: 16 for each weight of `block` whose inverted fifth bit is set, else 0.
+
+    In `fivebit`'s plane, weight e of block c of a line sits in byte ``16 line + 8 (c % 2) +
+    (e % 16) // 2`` at bit ``4 (c // 2) + e % 2 + 2 (e // 16)``.
+    """
+    i8x8, i8x32 = ir.VectorType(_I8, 8), ir.VectorType(_I8, 32)
+    c = builder.and_(block, ir.Constant(block.type, 3))
+    start = builder.add(builder.shl(builder.ashr(block, ir.Constant(block.type, 2)),
+                                    ir.Constant(block.type, 4)),
+                        builder.shl(builder.and_(c, ir.Constant(c.type, 1)),
+                                    ir.Constant(c.type, 3)))
+    bytes8 = builder.load(builder.bitcast(builder.gep(h_row, [start]), i8x8.as_pointer()),
+                          align=1)
+    lanes = builder.shuffle_vector(bytes8, bytes8, ir.Constant(
+        ir.VectorType(_I32, 32), [(e % 16) // 2 for e in range(32)]))
+    pair_bit = builder.trunc(builder.shl(builder.lshr(c, ir.Constant(c.type, 1)),
+                                         ir.Constant(c.type, 2)), _I8)
+    shifts = builder.add(ir.Constant(i8x32, [e % 2 + 2 * (e // 16) for e in range(32)]),
+                         splat(builder, pair_bit, 32))
+    bits = builder.and_(builder.lshr(lanes, shifts), ir.Constant(i8x32, [1] * 32))
+    return builder.shl(bits, ir.Constant(i8x32, [4] * 32))
+
+
 _block16 = _block_kernel(4)
 _block32 = _block_kernel(5)
 
 
 @jit(inline=True)
 def _rows(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
-          shift: int) -> None:
+          shift: int, highs: Any = None) -> None:
     has_mins = mins.shape[1] > 0
     zero = np.float32(0.0)
     for r in range(first, last):
@@ -97,14 +132,15 @@ def _rows(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
         for b in range(d.shape[1]):
             offset = mins[n, b] if has_mins else zero
             if shift == 5:
-                _block32(qs, n, b, out, r, d[n, b], offset)
+                _block32(qs, n, b, out, r, d[n, b], offset, highs)
             else:
-                _block16(qs, n, b, out, r, d[n, b], offset)
+                _block16(qs, n, b, out, r, d[n, b], offset, None)
 
 
 @jit()
-def _rows32(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int) -> None:
-    _rows(qs, d, mins, lo, out, first, last, 5)
+def _rows32(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
+            highs: Any) -> None:
+    _rows(qs, d, mins, lo, out, first, last, 5, highs)
 
 
 @jit()
@@ -113,10 +149,13 @@ def _rows16(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int
 
 
 def dequantize_rows(qs: Array, d: Array, mins: Array, lo: int, out: Array, first: int,
-                    last: int, shift: int) -> None:
+                    last: int, shift: int, highs: Array | None = None) -> None:
     """Out[r] = weight row ``lo + r`` dequantized, for r in [first, last).
 
     `qs`, `d` and `shift` as in `quant.Packed` (int8 quants, or uint8 nibbles for sub-blocks
-    of 32); `mins` holds an offset per sub-block, or is (N, 0).
+    of 32, with `highs` for 5-bit weights); `mins` holds an offset per sub-block, or is (N, 0).
     """
-    (_rows32 if shift == 5 else _rows16)(qs, d, mins, lo, out, first, last)
+    if shift == 5:
+        _rows32(qs, d, mins, lo, out, first, last, highs)
+    else:
+        _rows16(qs, d, mins, lo, out, first, last)

@@ -73,13 +73,23 @@ def _strided(builder: Any, vec: Any, start: int, count: int) -> Any:
                                                         list(range(start, 2 * count, 2))))
 
 
+def _sixteens(builder: Any, plane: Any, bit: int) -> Any:
+    """16 where bit `bit` (0..7) of each 16-bit lane of `plane` is set, else 0."""
+    at = ir.VectorType(_I16, 16)
+    if bit < 4:
+        plane = builder.shl(plane, ir.Constant(at, [4 - bit] * 16))
+    elif bit > 4:
+        plane = builder.lshr(plane, ir.Constant(at, [bit - 4] * 16))
+    return builder.and_(plane, ir.Constant(at, [16] * 16))
+
+
 def _byte(builder: Any, column: Any, nibbles: bool) -> Any:
     """The byte offset of weight `column` in its row (two weights a byte with `nibbles`)."""
     return builder.ashr(column, ir.Constant(column.type, 1)) if nibbles else column
 
 
 def _dot_kernel(shift: int, rows: int) -> Any:
-    """An intrinsic ``dot(qs, n, xq, m, d, xd)`` for sub-blocks of ``1 << shift``.
+    """An intrinsic ``dot(qs, n, xq, m, d, xd, highs)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
     sum_{j in b} qs[n, j] * xq[r, j]`` over C-contiguous int8 `qs` (N, K), int16 `xq` (M, K)
@@ -88,12 +98,20 @@ def _dot_kernel(shift: int, rows: int) -> Any:
 
     A uint8 `qs` (N, K / 2) holds two weights 0..15 per byte (sub-blocks of 32 only): in each
     block of 32, byte i holds weight i (low nibble) and weight 16 + i (high nibble).
+    With such nibbles, `highs` (N, K / 8) uint8 may hold a fifth bit per weight, inverted
+    (`quant_more.five_bit_pack`'s plane, K a multiple of 128): the weight is then
+    ``nibble - 16 * bit``, in -16..15. Else `highs` is None.
     """
     size = 1 << shift
 
     @intrinsic  # type: ignore[untyped-decorator]
-    def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any) -> Any:
+    def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any,
+            highs: Any) -> Any:
         nibbles = isinstance(qs, types.Array) and qs.dtype == types.uint8 and size == 32
+        five = not isinstance(highs, types.NoneType)
+        if five and not (nibbles and isinstance(highs, types.Array) and highs.ndim == 2
+                         and highs.layout == "C" and highs.dtype == types.uint8):
+            return None
         arrays = ((qs, types.uint8 if nibbles else types.int8), (xq, types.int16),
                   (xd, types.float32))
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
@@ -103,7 +121,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                 and d.dtype == types.float32):
             return None
         result = types.float32 if rows == 1 else types.UniTuple(types.float32, rows)
-        sig = result(qs, n, xq, m, d, xd)
+        sig = result(qs, n, xq, m, d, xd, highs)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             q_arr, x_arr, d_arr, xd_arr = (
@@ -115,6 +133,10 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             blocks = builder.ashr(k, ir.Constant(k.type, shift))
             q_row = builder.gep(q_arr.data, [builder.mul(row, builder.extract_value(q_arr.shape,
                                                                                     1))])
+            if five:
+                h_arr = context.make_array(signature.args[6])(context, builder, args[6])
+                h_row = builder.gep(h_arr.data, [builder.mul(row, builder.extract_value(
+                    h_arr.shape, 1))])
             d_row = d_arr.data
             x_rows, xd_rows = [], []
             for r in range(rows):
@@ -163,10 +185,11 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
-            def pair(first: Any, spreads: list[Any]) -> None:
+            def pair(first: Any, spreads: list[Any], plane: Any = None, bit: int = 0) -> None:
                 # 4-bit blocks `first` and `first + 1` (one 32-byte load) against x in the
                 # layout `interleave_pairs` gave it; `spreads` holds each row's two block scales
-                # as (s0 x 4, s1 x 4)
+                # as (s0 x 4, s1 x 4). With a `plane` (16 lanes of the line's fifth bits), each
+                # lane's four weights take theirs from bits `bit` .. `bit + 3`
                 at = builder.shl(first, ir.Constant(first.type, shift))
                 i16x16 = ir.VectorType(_I16, 16)
                 raw = builder.load(builder.bitcast(builder.gep(q_row, [_byte(builder, at, True)]),
@@ -177,7 +200,12 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                           builder.and_(builder.lshr(raw, ir.Constant(i16x16, [4] * 16)), nibble),
                           builder.lshr(raw, ir.Constant(i16x16, [12] * 16))]
                 i32x16 = ir.VectorType(_I32, 16)
-                wide_quants = [builder.zext(q, i32x16) for q in quants]
+                if plane is None:
+                    wide_quants = [builder.zext(q, i32x16) for q in quants]
+                else:
+                    wide_quants = [builder.sext(builder.sub(q, _sixteens(builder, plane,
+                                                                         bit + part)), i32x16)
+                                   for part, q in enumerate(quants)]
                 for x_row, acc, scale in zip(x_rows, accs, spreads, strict=True):
                     s = None
                     for part, qw in enumerate(wide_quants):
@@ -215,10 +243,19 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     _byte(builder, builder.shl(first, ir.Constant(first.type, shift)), nibbles),
                     ir.Constant(first.type, _PREFETCH_BYTES))]))
                 products = scale_products(first, per_line)
+                plane = None
+                if five:  # the line's 128 fifth bits: lane j's byte holds 4 for each pair
+                    at = builder.shl(loop.index, ir.Constant(loop.index.type, 4))
+                    _prefetch(builder, builder.gep(h_row, [builder.add(
+                        at, ir.Constant(at.type, _PREFETCH_BYTES // 4))]))
+                    plane = builder.zext(builder.load(builder.bitcast(
+                        builder.gep(h_row, [at]), ir.VectorType(_I8, 16).as_pointer()),
+                        align=1), ir.VectorType(_I16, 16))
                 if nibbles:
                     for u in range(0, per_line, 2):
                         pair(builder.add(first, ir.Constant(first.type, u)),
-                             [spread(p, [u] * 4 + [u + 1] * 4) for p in products])
+                             [spread(p, [u] * 4 + [u + 1] * 4) for p in products], plane,
+                             2 * u)
                 else:
                     for u in range(per_line):
                         block(builder.add(first, ir.Constant(first.type, u)), False,
@@ -353,7 +390,7 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
 
 @jit(inline=True)
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
-          shift: int) -> None:
+          shift: int, highs: Any = None) -> None:
     m_rows = xq.shape[0]
     buf = np.empty(d.shape[1], np.float32)
     for n in range(lo, hi):
@@ -361,14 +398,14 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
         m = 0
         while m + 4 <= m_rows:  # four activation rows per pass over the weight row
             if shift == 5:
-                a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, scales, xd)
+                a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, scales, xd, highs)
             else:
-                a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, scales, xd)
+                a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, scales, xd, None)
             store4(out, mins, xsum, m, n, a0, a1, a2, a3)
             m += 4
         while m < m_rows:
-            acc = (_dot32(qs, n, xq, m, scales, xd) if shift == 5
-                   else _dot16(qs, n, xq, m, scales, xd))
+            acc = (_dot32(qs, n, xq, m, scales, xd, highs) if shift == 5
+                   else _dot16(qs, n, xq, m, scales, xd, None))
             for b in range(mins.shape[1]):
                 acc -= xsum[m, b] * mins[n, b]
             out[m, n] = acc
@@ -430,10 +467,10 @@ def _quantize(x: Any, shift: int, offsets: int, pairs: bool = False
 
 
 @jit()
-def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any) -> bool:
+def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, mins.shape[1], qs.shape[1] < x.shape[1])
     if finite:
-        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5)
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5, highs)
     return bool(finite)
 
 
@@ -446,13 +483,14 @@ def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any) -> bool:
 
 
 @jit(parallel=True)
-def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int) -> bool:
+def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
+                     highs: Any) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, mins.shape[1], qs.shape[1] < x.shape[1])
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
         for t in prange(parts):
-            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5)
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5, highs)
     return bool(finite)
 
 
@@ -467,21 +505,28 @@ def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int) -
     return bool(finite)
 
 
-def run(x: Array, qs: Array, d: Array, mins: Array, out: Array, shift: int) -> bool:
+def run(x: Array, qs: Array, d: Array, mins: Array, out: Array, shift: int,
+        highs: Array | None = None) -> bool:
     """Out (M, N) = x (M, K) float32 times the weight, by integer dot products.
 
     One compiled call quantizes x per sub-block (`quantize_rows`) and multiplies, split over
     threads when it pays (a decode step makes ~170 of these calls: a second call per product
     cost more than the quantization). `qs` is int8 (N, K), or uint8 (N, K / 2) 4-bit weights
-    (`quant.Packed.nibbles`, shift 5); `mins` the offsets per sub-block, or (N, 0).
+    (`quant.Packed.nibbles`, shift 5) with, for 5-bit weights, their plane of fifth bits
+    `highs` (`quant.Packed.highs`); `mins` the offsets per sub-block, or (N, 0).
 
     Returns:
         False, with nothing written, when x holds a NaN or an infinity.
     """
     n, k = qs.shape[0], x.shape[1]
+    if highs is not None and (k % 128 or highs.shape != (n, k // 8) or shift != 5):
+        raise ValueError(f"5-bit weights need K a multiple of 128 and a plane of (N, K / 8) "
+                         f"bytes: K {k}, plane {highs.shape}")
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
+    if shift == 4:
+        if parts > 1:
+            return bool(_product16_split(x, qs, d, mins, out, parts))
+        return bool(_product16(x, qs, d, mins, out))
     if parts > 1:
-        split = _product32_split if shift == 5 else _product16_split
-        return bool(split(x, qs, d, mins, out, parts))
-    serial = _product32 if shift == 5 else _product16
-    return bool(serial(x, qs, d, mins, out))
+        return bool(_product32_split(x, qs, d, mins, out, parts, highs))
+    return bool(_product32(x, qs, d, mins, out, highs))

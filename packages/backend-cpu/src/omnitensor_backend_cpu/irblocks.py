@@ -56,8 +56,8 @@ def load_quants(builder: Any, row: Any, start: Any, size: int, nibbles: bool) ->
 
 
 def splat(builder: Any, value: Any, lanes: int) -> Any:
-    """A float32 `value` in every one of `lanes` lanes."""
-    vf = ir.VectorType(_F32, lanes)
+    """A scalar `value` (a float32, an integer) in every one of `lanes` lanes."""
+    vf = ir.VectorType(value.type, lanes)
     one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(_I32, 0))
     return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined),
                                   ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))

@@ -27,7 +27,7 @@ import numpy as np
 
 from omnitensor.backend.host_memory import release
 
-from . import dequant, fewrows, intdot, pool, threads
+from . import dequant, fewrows, fivebit, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
 from .quant_more import MORE_FORMATS, PACKED_FORMATS, pack_more
 
@@ -39,12 +39,10 @@ Array = np.ndarray[Any, Any]
 FORMATS: Final = PACKED_FORMATS
 
 #: Formats whose repacked quants (0..15, after Q4_0's ``+ 8``) are stored two per byte.
-#: NOTE: the 5-bit formats (Q5_0, Q5_1, Q5_K) stay one byte per weight on purpose. Stored as
-#: these nibbles plus a plane of fifth bits (0.875 bytes per weight with scales, not 1.25),
-#: the integer kernel needs ~24 instructions per block of 32 against ~16 and ran 20 % slower
-#: per weight from DRAM on 2 threads (13.4 against 16.3 Gweights/s for 4864 x 896): decode
-#: is bound by instructions there, not by bytes.
 NIBBLE_FORMATS: Final = frozenset({"q4_0", "q4_1", "q4_k"})
+#: Formats whose repacked quants (-16..15, after Q5_1's and Q5_K's ``- 16``) are stored as
+#: nibbles plus a plane of fifth bits (`fivebit`), where rows are whole lines of 128.
+FIVE_BIT_FORMATS: Final = frozenset({"q5_0", "q5_1", "q5_k"})
 
 
 class Packed:
@@ -52,7 +50,8 @@ class Packed:
 
     The quants are int8 `qs` (N, K), or for `NIBBLE_FORMATS` 4-bit `nibbles` (N, K / 2):
     in each block of 32 weights, byte i holds weight i in its low and weight 16 + i in its
-    high nibble (what `intdot`'s kernel unpacks with two vector operations).
+    high nibble (what `intdot`'s kernel unpacks with two vector operations). For
+    `FIVE_BIT_FORMATS` the nibbles hold the low four bits and `highs` the fifth (`fivebit`).
 
     Attributes:
         format: the ggml format it came from.
@@ -64,17 +63,20 @@ class Packed:
         shift: log2 of the sub-block size (5 or 4).
         mins: (Q4_K, Q4_1, Q4_0's 8 d) the offset of each sub-block of 32, subtracted; else
             None.
+        highs: the plane of inverted fifth bits (N, K / 8) of 5-bit `nibbles`, or None.
     """
 
-    __slots__ = ("_qs", "d", "format", "mins", "nibbles", "shift")
+    __slots__ = ("_qs", "d", "format", "highs", "mins", "nibbles", "shift")
 
     def __init__(self, qs: Array | None, d: Array, *, format: str = "q8_0", shift: int = 5,
-                 mins: Array | None = None, nibbles: Array | None = None) -> None:
-        assert (qs is None) != (nibbles is None)
+                 mins: Array | None = None, nibbles: Array | None = None,
+                 highs: Array | None = None) -> None:
+        assert (qs is None) != (nibbles is None) and (highs is None or nibbles is not None)
         # the only layouts the kernels take (every format's repacking makes one of them)
         assert shift in intdot.SHIFTS and (mins is None or mins.shape == d.shape)
         self._qs = qs
         self.nibbles = nibbles
+        self.highs = highs
         self.d = d
         self.format = format
         self.shift = shift
@@ -110,6 +112,8 @@ class Packed:
         if self._qs is not None:
             return self._qs[lo:hi]
         assert self.nibbles is not None
+        if self.highs is not None:
+            return fivebit.join(self.nibbles[lo:hi], self.highs[lo:hi])
         packed = self.nibbles[lo:hi].reshape(hi - lo, -1, 16)
         both = np.concatenate([packed & np.uint8(0x0F), packed >> np.uint8(4)], axis=-1)
         return both.reshape(hi - lo, -1).view(np.int8)
@@ -129,6 +133,43 @@ def nibble_pack(packed: Packed) -> Packed:
     nibbles = blocks[..., :16] | (blocks[..., 16:] << np.uint8(4))
     return Packed(None, packed.d, format=packed.format, shift=5, mins=mins,
                   nibbles=np.ascontiguousarray(nibbles.reshape(n, k // 2)))
+
+
+def five_bit_pack(packed: Packed) -> Packed:
+    """`packed` with its 5-bit quants as nibbles and a plane of fifth bits (`fivebit`).
+
+    Where it can be: a format of `FIVE_BIT_FORMATS`, sub-blocks of 32, rows of whole lines of
+    128; else `packed` itself.
+    """
+    n, k = packed.shape
+    if (packed.format not in FIVE_BIT_FORMATS or packed.shift != 5 or packed.nibbles is not None
+            or k % fivebit.LINE):
+        return packed
+    q, d, mins = packed.qs, packed.d, packed.mins
+    if q.size and int(q.min()) >= 0:  # levels 0..31 with offsets: d q - m = d (q - 16) - m'
+        q = q - np.int8(16)
+        offsets = np.zeros(d.shape, np.float32) if mins is None else mins
+        mins = np.ascontiguousarray(offsets - 16.0 * packed.scales, dtype=np.float32)
+    if q.size and not (int(q.min()) >= -16 and int(q.max()) <= 15):
+        return packed
+    nibbles, highs = fivebit.split(q)
+    return Packed(None, _half_bits_if_exact(d), format=packed.format, shift=5, mins=mins,
+                  nibbles=nibbles, highs=highs)
+
+
+def _half_bits_if_exact(d: Array) -> Array:
+    """Float32 scales `d` as half bits (uint16) where that loses nothing, else `d` itself.
+
+    Only where every scale is a half (Q5_0's are the file's) and the CPU widens halves in
+    hardware (`intdot` widens a row's scales at a time).
+    """
+    if not HALF_CONVERSION or d.dtype != np.float32:
+        return d
+    with np.errstate(all="ignore"):
+        half = d.astype(np.float16)
+    if not np.array_equal(half.astype(np.float32), d):
+        return d
+    return np.ascontiguousarray(half).view(np.uint16)
 
 
 def _f16(raw: Array) -> Array:
@@ -182,7 +223,7 @@ def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     """Repack ggml blocks (uint8 [N, K/block*block_bytes]) of logical `shape` (N, K)."""
     assert format in FORMATS, format
     if format in MORE_FORMATS:
-        return nibble_pack(pack_more(blocks, format, shape))
+        return five_bit_pack(nibble_pack(pack_more(blocks, format, shape)))
     n, k = shape
     if format == "q8_0":
         raw = np.ascontiguousarray(blocks).reshape(n, k // 32, 34)
@@ -237,9 +278,12 @@ def _stack(parts: list[Packed]) -> Packed:
         return None if arrays[0] is None else np.concatenate(arrays)  # type: ignore[arg-type]
 
     first = parts[0]
-    return Packed(rows([p._qs for p in parts]), rows([p.d for p in parts]),  # type: ignore[arg-type]
+    scales = [p.d for p in parts]
+    if len({d.dtype for d in scales}) > 1:  # half bits and float32 values: float32 for all
+        scales = [p.scales for p in parts]
+    return Packed(rows([p._qs for p in parts]), rows(scales),  # type: ignore[arg-type]
                   format=first.format, shift=first.shift, mins=rows([p.mins for p in parts]),
-                  nibbles=rows([p.nibbles for p in parts]))
+                  nibbles=rows([p.nibbles for p in parts]), highs=rows([p.highs for p in parts]))
 
 
 def _slice(packed: Packed, lo: int, hi: int) -> Packed:
@@ -248,7 +292,8 @@ def _slice(packed: Packed, lo: int, hi: int) -> Packed:
         return None if array is None else array[lo:hi]
 
     return Packed(rows(packed._qs), packed.d[lo:hi], format=packed.format, shift=packed.shift,
-                  mins=rows(packed.mins), nibbles=rows(packed.nibbles))
+                  mins=rows(packed.mins), nibbles=rows(packed.nibbles),
+                  highs=rows(packed.highs))
 
 
 # NOTE: keyed by the parts' ids, with weak references proving they are the same arrays.
@@ -313,7 +358,8 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
         w = scratch[: hi - lo]
 
         def rows(first: int, last: int, lo: int = lo, w: Array = w) -> None:
-            dequant.dequantize_rows(quants, packed.d, mins, lo, w, first, last, shift)
+            dequant.dequantize_rows(quants, packed.d, mins, lo, w, first, last, shift,
+                                    packed.highs)
 
         pool.parallel_for(hi - lo, rows, work=w.size)
         np.matmul(x, w.T, out=out[:, lo:hi])
@@ -328,7 +374,8 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
 
 def _integer(x: Array, packed: Packed, mins: Array, out: Array) -> bool:
     """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
-    return intdot.run(np.ascontiguousarray(x), packed.stored, packed.d, mins, out, packed.shift)
+    return intdot.run(np.ascontiguousarray(x), packed.stored, packed.d, mins, out, packed.shift,
+                      packed.highs)
 
 
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
