@@ -26,8 +26,8 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
     packed = quant.pack(blocks, fmt, (n, k))
     scales = np.repeat(packed.scales, 1 << packed.shift, axis=1)
     values = packed.qs.astype(np.float32) * scales
-    if packed.mins is not None:
-        values -= np.repeat(packed.mins, 32, axis=1)
+    if packed.offsets is not None:
+        values -= np.repeat(packed.offsets, 32, axis=1)
     np.testing.assert_array_equal(values, quant_blocks.dequantize(blocks, fmt))
 
 
@@ -123,17 +123,27 @@ def test_large_qmatmul_split_over_threads_agrees() -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
-def test_4_bit_weights_stay_4_bit(fmt: str) -> None:
-    # two weights per byte: the repacked form is about the size of the ggml blocks
+@pytest.mark.parametrize("fmt,bound", [("q4_0", 1.34), ("q4_k", 1.06)])
+def test_4_bit_weights_stay_4_bit(fmt: str, bound: float) -> None:
+    # two weights per byte: the repacked form is about the size of the ggml blocks (Q4_K's
+    # scales and offsets a byte per sub-block and a float32 per 256, as the file holds them)
     rng = np.random.default_rng(5)
     n, k = 64, 512
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
     packed = quant.pack(blocks, fmt, (n, k))
     assert packed.nibbles is not None and packed.nibbles.nbytes == n * k // 2
-    held = packed.nibbles.nbytes + packed.d.nbytes + (0 if packed.mins is None
-                                                      else packed.mins.nbytes)
-    assert held <= 1.6 * blocks.nbytes
+    assert packed.nbytes <= bound * blocks.nbytes
+
+
+def test_q6_k_scales_stay_a_byte_per_sub_block() -> None:
+    # one int8 per weight, the sub-block scales as the file's int8 levels and one float32 per
+    # 256: 8.6 bits a weight (float32 scales per 16 would be 10)
+    rng = np.random.default_rng(5)
+    n, k = 8, 512
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), "q6_k")
+    packed = quant.pack(blocks, "q6_k", (n, k))
+    assert isinstance(packed.d, tuple) and packed.d[0].dtype == np.int8
+    assert packed.nbytes == n * k + n * k // 16 + 4 * n * k // 256
 
 
 def test_q8_0_keeps_its_half_scales() -> None:

@@ -20,7 +20,8 @@ from numba import types as _types
 from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
-from .irblocks import load_quants, splat, widen_half
+from .intdot import row_scales
+from .irblocks import load_quants, splat
 
 __all__ = ["dequantize_rows"]
 
@@ -57,18 +58,14 @@ def _block_kernel(shift: int) -> Any:
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
                    and a.dtype == t for a, t in arrays):
             return None
-        # a scale stored as half bits (uint16) is widened here, not converted as an integer
-        half = scale == types.uint16
-        sig = types.void(qs, n, b, out, r, types.uint16 if half else types.float32,
-                         types.float32, highs)
+        sig = types.void(qs, n, b, out, r, types.float32, types.float32, highs)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
             q_arr, o_arr = (context.make_array(signature.args[i])(context, builder, args[i])
                             for i in (0, 3))
             row, blk, out_row = (context.cast(builder, args[i], signature.args[i], types.intp)
                                  for i in (1, 2, 4))
-            scale = (widen_half(builder, args[5]) if half else
-                     context.cast(builder, args[5], signature.args[5], types.float32))
+            scale = context.cast(builder, args[5], signature.args[5], types.float32)
             offset = context.cast(builder, args[6], signature.args[6], types.float32)
             start = builder.shl(blk, ir.Constant(blk.type, shift))
             k = builder.extract_value(o_arr.shape, 1)
@@ -124,38 +121,46 @@ _block32 = _block_kernel(5)
 
 @jit(inline=True)
 def _rows(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
-          shift: int, highs: Any = None) -> None:
-    has_mins = mins.shape[1] > 0
+          shift: int, offsets: int, highs: Any = None) -> None:
+    blocks = out.shape[1] >> shift
+    buf = np.empty(blocks, np.float32)
+    mbuf = np.empty(offsets, np.float32)
     zero = np.float32(0.0)
     for r in range(first, last):
         n = lo + r
-        for b in range(d.shape[1]):
-            offset = mins[n, b] if has_mins else zero
+        scales = row_scales(d, n, buf)
+        row_offsets = row_scales(mins, n, mbuf)
+        for b in range(blocks):
+            offset = row_offsets[b] if offsets else zero
             if shift == 5:
-                _block32(qs, n, b, out, r, d[n, b], offset, highs)
+                _block32(qs, n, b, out, r, scales[b], offset, highs)
             else:
-                _block16(qs, n, b, out, r, d[n, b], offset, None)
+                _block16(qs, n, b, out, r, scales[b], offset, None)
 
 
 @jit()
 def _rows32(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
-            highs: Any) -> None:
-    _rows(qs, d, mins, lo, out, first, last, 5, highs)
+            offsets: int, highs: Any) -> None:
+    _rows(qs, d, mins, lo, out, first, last, 5, offsets, highs)
 
 
 @jit()
-def _rows16(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int) -> None:
-    _rows(qs, d, mins, lo, out, first, last, 4)
+def _rows16(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
+            offsets: int) -> None:
+    _rows(qs, d, mins, lo, out, first, last, 4, offsets)
 
 
-def dequantize_rows(qs: Array, d: Array, mins: Array, lo: int, out: Array, first: int,
+def dequantize_rows(qs: Array, d: Array | tuple[Array, Array],
+                    mins: Array | tuple[Array, Array], lo: int, out: Array, first: int,
                     last: int, shift: int, highs: Array | None = None) -> None:
     """Out[r] = weight row ``lo + r`` dequantized, for r in [first, last).
 
     `qs`, `d` and `shift` as in `quant.Packed` (int8 quants, or uint8 nibbles for sub-blocks
-    of 32, with `highs` for 5-bit weights); `mins` holds an offset per sub-block, or is (N, 0).
+    of 32, with `highs` for 5-bit weights); `d` the scales and `mins` the offsets per
+    sub-block, or (N, 0), each as `intdot.row_scales` takes them.
     """
+    offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
     if shift == 5:
-        _rows32(qs, d, mins, lo, out, first, last, highs)
+        _rows32(qs, d, mins, lo, out, first, last, offsets, highs)
     else:
-        _rows16(qs, d, mins, lo, out, first, last)
+        _rows16(qs, d, mins, lo, out, first, last, offsets)

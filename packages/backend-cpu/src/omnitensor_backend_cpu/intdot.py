@@ -30,7 +30,7 @@ from . import pool
 from ._compat import jit, prange
 from .irblocks import load_quants, splat, widen_half
 
-__all__ = ["SHIFTS", "quantize_rows", "run"]
+__all__ = ["SHIFTS", "quantize_rows", "row_scales", "run"]
 
 Array = np.ndarray[Any, Any]
 
@@ -117,16 +117,23 @@ def _dot_kernel(shift: int, rows: int) -> Any:
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
                    and a.dtype == t for a, t in arrays):
             return None
-        if not (isinstance(d, types.Array) and d.ndim == 1 and d.layout == "C"
-                and d.dtype == types.float32):
+        factored = isinstance(d, types.BaseTuple)
+        if factored:  # (levels (N, B) int8 or uint8, supers (N, B >> (8 - shift)) float32)
+            if not (len(d) == 2 and isinstance(d[0], types.Array) and d[0].ndim == 2
+                    and d[0].layout == "C" and d[0].dtype in (types.int8, types.uint8)
+                    and isinstance(d[1], types.Array) and d[1].ndim == 2
+                    and d[1].layout == "C" and d[1].dtype == types.float32):
+                return None
+        elif not (isinstance(d, types.Array) and d.ndim == 1 and d.layout == "C"
+                  and d.dtype == types.float32):
             return None
         result = types.float32 if rows == 1 else types.UniTuple(types.float32, rows)
         sig = result(qs, n, xq, m, d, xd, highs)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            q_arr, x_arr, d_arr, xd_arr = (
+            q_arr, x_arr, xd_arr = (
                 context.make_array(signature.args[i])(context, builder, args[i])
-                for i in (0, 2, 4, 5))
+                for i in (0, 2, 5))
             row = context.cast(builder, args[1], signature.args[1], types.intp)
             col = context.cast(builder, args[3], signature.args[3], types.intp)
             k = builder.extract_value(x_arr.shape, 1)
@@ -137,7 +144,29 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                 h_arr = context.make_array(signature.args[6])(context, builder, args[6])
                 h_row = builder.gep(h_arr.data, [builder.mul(row, builder.extract_value(
                     h_arr.shape, 1))])
-            d_row = d_arr.data
+            if factored:
+                l_arr, s_arr = (context.make_array(t)(context, builder, builder.extract_value(
+                    args[4], i)) for i, t in enumerate(signature.args[4]))
+                l_row, s_row = (builder.gep(a.data, [builder.mul(row, builder.extract_value(
+                    a.shape, 1))]) for a in (l_arr, s_arr))
+                signed = signature.args[4][0].dtype == types.int8
+            else:
+                d_row = context.make_array(signature.args[4])(context, builder, args[4]).data
+
+            def weight_scales(first: Any, count: int) -> Any:
+                # the float32 scales of blocks first .. first + count - 1 (factored: widened
+                # here, all in one super-block of 256 weights: a line never straddles two)
+                kind = ir.VectorType(_F32, count) if count > 1 else _F32
+                if not factored:
+                    return builder.load(builder.bitcast(builder.gep(d_row, [first]),
+                                                        kind.as_pointer()), align=4)
+                raw = builder.load(builder.bitcast(builder.gep(l_row, [first]), (
+                    ir.VectorType(_I8, count) if count > 1 else _I8).as_pointer()), align=1)
+                values = (builder.sitofp if signed else builder.uitofp)(raw, kind)
+                sup = builder.load(builder.gep(s_row, [builder.ashr(
+                    first, ir.Constant(first.type, 8 - shift))]))
+                return builder.fmul(values, splat(builder, sup, count) if count > 1 else sup)
+
             x_rows, xd_rows = [], []
             for r in range(rows):
                 at = builder.add(col, ir.Constant(col.type, r))
@@ -161,7 +190,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     _prefetch(builder, builder.gep(q_row, [
                         builder.add(_byte(builder, at, nibbles),
                                     ir.Constant(at.type, _PREFETCH_BYTES))]))
-                dq = None if scales else builder.load(builder.gep(d_row, [b]))
+                dq = None if scales else weight_scales(b, 1)
                 for r, (x_row, xd_row, acc) in enumerate(zip(x_rows, xd_rows, accs,
                                                              strict=True)):
                     x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
@@ -221,8 +250,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
             def scale_products(first: Any, count: int) -> list[Any]:
                 # the weight scales of `count` blocks times each row's, one vector multiply a row
                 line = ir.VectorType(_F32, count)
-                dq = builder.load(builder.bitcast(builder.gep(d_row, [first]),
-                                                  line.as_pointer()), align=4)
+                dq = weight_scales(first, count)
                 return [builder.fmul(dq, builder.load(builder.bitcast(
                     builder.gep(xd_row, [first]), line.as_pointer()), align=4))
                     for xd_row in xd_rows]
@@ -321,14 +349,14 @@ def quantize_rows(x: Any, xq: Any, xd: Any, shift: int) -> bool:
 
 
 @jit(inline=True)
-def store4(out: Any, mins: Any, xsum: Any, m: int, n: int, a0: Any, a1: Any, a2: Any,
+def store4(out: Any, offsets: Any, xsum: Any, m: int, n: int, a0: Any, a1: Any, a2: Any,
            a3: Any) -> None:
-    """Out[m..m+3, n] = the four rows' sums less their offsets (``xsum . mins``)."""
-    for b in range(mins.shape[1]):
-        a0 -= xsum[m, b] * mins[n, b]
-        a1 -= xsum[m + 1, b] * mins[n, b]
-        a2 -= xsum[m + 2, b] * mins[n, b]
-        a3 -= xsum[m + 3, b] * mins[n, b]
+    """Out[m..m+3, n] = the four rows' sums less weight row n's `offsets` times `xsum`."""
+    for b in range(offsets.shape[0]):
+        a0 -= xsum[m, b] * offsets[b]
+        a1 -= xsum[m + 1, b] * offsets[b]
+        a2 -= xsum[m + 2, b] * offsets[b]
+        a3 -= xsum[m + 3, b] * offsets[b]
     out[m, n] = a0
     out[m + 1, n] = a1
     out[m + 2, n] = a2
@@ -367,13 +395,88 @@ def _widen_halves(typingctx: Any, d: Any, n: Any, buf: Any) -> Any:
     return sig, codegen
 
 
-def _row_scales(d: Array, n: int, buf: Array) -> Array:
-    """Weight row n's scales as float32 (compiled code only: see its overload)."""
+@intrinsic  # type: ignore[untyped-decorator]
+def _widen_levels(typingctx: Any, levels: Any, supers: Any, n: Any, buf: Any) -> Any:
+    """``buf[b] = supers[n, b // per] * float32(levels[n, b])``, 8 sub-blocks per vector.
+
+    `levels` (N, B) int8 or uint8, `supers` (N, S) float32, B / S = per a multiple of 8.
+    Why IR: as a numba loop (a short inner loop per super-block) it stayed scalar, 1.4 ns a
+    sub-block (a Q4_K product took 2.2x as long as with float32 scales, one thread).
+    """
+    if not (isinstance(levels, types.Array) and levels.ndim == 2 and levels.layout == "C"
+            and levels.dtype in (types.int8, types.uint8)
+            and isinstance(supers, types.Array) and supers.ndim == 2 and supers.layout == "C"
+            and supers.dtype == types.float32 and isinstance(buf, types.Array)
+            and buf.ndim == 1 and buf.layout == "C" and buf.dtype == types.float32):
+        return None
+    signed = levels.dtype == types.int8
+    sig = types.void(levels, supers, n, buf)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
+        l_arr, s_arr, b_arr = (context.make_array(signature.args[i])(context, builder, args[i])
+                               for i in (0, 1, 3))
+        row = context.cast(builder, args[2], signature.args[2], types.intp)
+        width = builder.extract_value(l_arr.shape, 1)
+        count = builder.extract_value(s_arr.shape, 1)
+        vectors = builder.sdiv(builder.lshr(width, ir.Constant(width.type, 3)), count)
+        l_row = builder.gep(l_arr.data, [builder.mul(row, width)])
+        s_row = builder.gep(s_arr.data, [builder.mul(row, count)])
+        i8x8, f32x8 = ir.VectorType(_I8, _LANES), ir.VectorType(_F32, _LANES)
+        with cgutils.for_range(builder, count) as outer:
+            scale = splat(builder, builder.load(builder.gep(s_row, [outer.index])), _LANES)
+            first = builder.mul(outer.index, vectors)
+            with cgutils.for_range(builder, vectors) as inner:
+                at = builder.shl(builder.add(first, inner.index), ir.Constant(width.type, 3))
+                raw = builder.load(builder.bitcast(builder.gep(l_row, [at]), i8x8.as_pointer()),
+                                   align=1)
+                values = (builder.sitofp if signed else builder.uitofp)(raw, f32x8)
+                builder.store(builder.fmul(values, scale), builder.bitcast(
+                    builder.gep(b_arr.data, [at]), f32x8.as_pointer()), align=4)
+
+    return sig, codegen
+
+
+def row_scales(d: Array | tuple[Array, Array], n: int, buf: Array) -> Array:
+    """Weight row n's scales (or offsets) as float32 (compiled code only: see its overload).
+
+    `d` is float32 (N, B) values, uint16 (N, B) half bits, or factored (levels (N, B)
+    integers, supers (N, S) float32), worth ``supers[n, b // (B / S)] * levels[n, b]`` (the K
+    formats' super-block scale times a sub-block's 6- or 8-bit one: the float32 product their
+    dequantizer forms). `buf` holds B float32 for the last two.
+    """
     raise NotImplementedError
 
 
-@overload(_row_scales, inline="always")  # type: ignore[untyped-decorator]
+def _kernel_scales(d: Array | tuple[Array, Array], n: int, buf: Array) -> Any:
+    """What the dot kernels take for weight row n's scales (compiled code only)."""
+    raise NotImplementedError
+
+
+@overload(_kernel_scales, inline="always")  # type: ignore[untyped-decorator]
+def _kernel_scales_impl(d: Any, n: Any, buf: Any) -> Any:
+    # NOTE: factored scales (a byte a sub-block and a float32 per 256 weights, as the K formats
+    # hold them: Q4_K 4.75 bits a weight with its offsets, not 6; Q6_K 8.6, not 10) go to the
+    # kernels whole, which widen a line's in registers (widened a row at a time into `buf`
+    # first, a one-row Q4_K product took 1.2x as long as with float32 scales)
+    if isinstance(d, types.BaseTuple):
+        def whole(d: Any, n: Any, buf: Any) -> Any:
+            return d
+        return whole
+
+    def row(d: Any, n: Any, buf: Any) -> Any:
+        return row_scales(d, n, buf)
+    return row
+
+
+@overload(row_scales, inline="always")  # type: ignore[untyped-decorator]
 def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
+    if isinstance(d, types.BaseTuple):
+        def factored(d: Any, n: Any, buf: Any) -> Any:
+            levels, supers = d
+            _widen_levels(levels, supers, n, buf)
+            return buf
+        return factored
+
     # NOTE: half bits are widened a row at a time into `buf`, 8 per vector instruction: one
     # scalar conversion per block inside the dot kernel made a 4864 x 896 product 35 % slower,
     # and a scalar loop here 16-row products 4-7 % slower.
@@ -392,22 +495,24 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
           shift: int, highs: Any = None) -> None:
     m_rows = xq.shape[0]
-    buf = np.empty(d.shape[1], np.float32)
+    buf = np.empty(xd.shape[1], np.float32)
+    mbuf = np.empty(xsum.shape[1], np.float32)
     for n in range(lo, hi):
-        scales = _row_scales(d, n, buf)
+        scales = _kernel_scales(d, n, buf)
+        offsets = row_scales(mins, n, mbuf)
         m = 0
         while m + 4 <= m_rows:  # four activation rows per pass over the weight row
             if shift == 5:
                 a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, scales, xd, highs)
             else:
                 a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, scales, xd, None)
-            store4(out, mins, xsum, m, n, a0, a1, a2, a3)
+            store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
             m += 4
         while m < m_rows:
             acc = (_dot32(qs, n, xq, m, scales, xd, highs) if shift == 5
                    else _dot16(qs, n, xq, m, scales, xd, None))
-            for b in range(mins.shape[1]):
-                acc -= xsum[m, b] * mins[n, b]
+            for b in range(offsets.shape[0]):
+                acc -= xsum[m, b] * offsets[b]
             out[m, n] = acc
             m += 1
 
@@ -467,16 +572,16 @@ def _quantize(x: Any, shift: int, offsets: int, pairs: bool = False
 
 
 @jit()
-def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any) -> bool:
-    xq, xd, xsum, finite = _quantize(x, 5, mins.shape[1], qs.shape[1] < x.shape[1])
+def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any, offsets: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 5, offsets, qs.shape[1] < x.shape[1])
     if finite:
         _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5, highs)
     return bool(finite)
 
 
 @jit()
-def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any) -> bool:
-    xq, xd, xsum, finite = _quantize(x, 4, mins.shape[1])
+def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any, offsets: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
         _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 4)
     return bool(finite)
@@ -484,8 +589,8 @@ def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any) -> bool:
 
 @jit(parallel=True)
 def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
-                     highs: Any) -> bool:
-    xq, xd, xsum, finite = _quantize(x, 5, mins.shape[1], qs.shape[1] < x.shape[1])
+                     highs: Any, offsets: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 5, offsets, qs.shape[1] < x.shape[1])
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
@@ -495,8 +600,9 @@ def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
 
 
 @jit(parallel=True)
-def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int) -> bool:
-    xq, xd, xsum, finite = _quantize(x, 4, mins.shape[1])
+def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
+                     offsets: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
@@ -505,15 +611,16 @@ def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int) -
     return bool(finite)
 
 
-def run(x: Array, qs: Array, d: Array, mins: Array, out: Array, shift: int,
-        highs: Array | None = None) -> bool:
+def run(x: Array, qs: Array, d: Array | tuple[Array, Array], mins: Array | tuple[Array, Array],
+        out: Array, shift: int, highs: Array | None = None) -> bool:
     """Out (M, N) = x (M, K) float32 times the weight, by integer dot products.
 
     One compiled call quantizes x per sub-block (`quantize_rows`) and multiplies, split over
     threads when it pays (a decode step makes ~170 of these calls: a second call per product
     cost more than the quantization). `qs` is int8 (N, K), or uint8 (N, K / 2) 4-bit weights
     (`quant.Packed.nibbles`, shift 5) with, for 5-bit weights, their plane of fifth bits
-    `highs` (`quant.Packed.highs`); `mins` the offsets per sub-block, or (N, 0).
+    `highs` (`quant.Packed.highs`); `d` the scales and `mins` the offsets per sub-block, or
+    (N, 0), each as `row_scales` takes them.
 
     Returns:
         False, with nothing written, when x holds a NaN or an infinity.
@@ -523,10 +630,11 @@ def run(x: Array, qs: Array, d: Array, mins: Array, out: Array, shift: int,
         raise ValueError(f"5-bit weights need K a multiple of 128 and a plane of (N, K / 8) "
                          f"bytes: K {k}, plane {highs.shape}")
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
+    offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
     if shift == 4:
         if parts > 1:
-            return bool(_product16_split(x, qs, d, mins, out, parts))
-        return bool(_product16(x, qs, d, mins, out))
+            return bool(_product16_split(x, qs, d, mins, out, parts, offsets))
+        return bool(_product16(x, qs, d, mins, out, offsets))
     if parts > 1:
-        return bool(_product32_split(x, qs, d, mins, out, parts, highs))
-    return bool(_product32(x, qs, d, mins, out, highs))
+        return bool(_product32_split(x, qs, d, mins, out, parts, highs, offsets))
+    return bool(_product32(x, qs, d, mins, out, highs, offsets))

@@ -45,6 +45,32 @@ NIBBLE_FORMATS: Final = frozenset({"q4_0", "q4_1", "q4_k"})
 FIVE_BIT_FORMATS: Final = frozenset({"q5_0", "q5_1", "q5_k"})
 
 
+#: Scales or offsets per sub-block as the kernels take them (`intdot.row_scales`): float32 or
+#: half bits (N, B), or factored: (integer levels (N, B), float32 super-block scales (N, S)).
+Scales = Array | tuple[Array, Array]
+
+
+def _columns(form: Scales) -> int:
+    """B: sub-blocks per row."""
+    return int((form[0] if isinstance(form, tuple) else form).shape[1])
+
+
+def _values(form: Scales) -> Array:
+    """The float32 values of a scale form (the kernels' products, for factored ones)."""
+    if isinstance(form, tuple):
+        levels, supers = form
+        per = levels.shape[1] // supers.shape[1]
+        return np.repeat(supers, per, axis=1) * levels.astype(np.float32)
+    if form.dtype == np.uint16:
+        return form.view(np.float16).astype(np.float32)
+    return form
+
+
+def _each(form: Scales, fn: Any) -> Any:
+    """`fn` applied to the form's array, or to each array of a factored one."""
+    return tuple(fn(a) for a in form) if isinstance(form, tuple) else fn(form)
+
+
 class Packed:
     """A repacked weight (N, K): integer quants, scales `d` (N, K >> shift).
 
@@ -57,23 +83,24 @@ class Packed:
         format: the ggml format it came from.
         qs: the integer quants, one int8 per weight (unpacked on demand from `nibbles`).
         nibbles: the 4-bit quants, or None.
-        d: the scale of each sub-block of ``1 << shift`` weights: float32, or (Q8_0, where the
-            CPU widens halves in hardware) the file's float16 scales as their bits, uint16
-            (`scales` gives float32 either way).
+        d: the scale of each sub-block of ``1 << shift`` weights (`Scales`): float32; (Q8_0,
+            Q5_0, where the CPU widens halves in hardware) the file's float16 scales as their
+            bits, uint16; or (Q4_K, Q6_K) factored as the file holds them, a byte per
+            sub-block and a float32 per 256 weights (`scales` gives float32 values always).
         shift: log2 of the sub-block size (5 or 4).
-        mins: (Q4_K, Q4_1, Q4_0's 8 d) the offset of each sub-block of 32, subtracted; else
-            None.
+        mins: (Q4_K, Q4_1, Q4_0's 8 d) the offset of each sub-block of 32, subtracted, in the
+            same forms (`offsets` gives float32 values); else None.
         highs: the plane of inverted fifth bits (N, K / 8) of 5-bit `nibbles`, or None.
     """
 
     __slots__ = ("_qs", "d", "format", "highs", "mins", "nibbles", "shift")
 
-    def __init__(self, qs: Array | None, d: Array, *, format: str = "q8_0", shift: int = 5,
-                 mins: Array | None = None, nibbles: Array | None = None,
+    def __init__(self, qs: Array | None, d: Scales, *, format: str = "q8_0", shift: int = 5,
+                 mins: Scales | None = None, nibbles: Array | None = None,
                  highs: Array | None = None) -> None:
         assert (qs is None) != (nibbles is None) and (highs is None or nibbles is not None)
         # the only layouts the kernels take (every format's repacking makes one of them)
-        assert shift in intdot.SHIFTS and (mins is None or mins.shape == d.shape)
+        assert shift in intdot.SHIFTS and (mins is None or _columns(mins) == _columns(d))
         self._qs = qs
         self.nibbles = nibbles
         self.highs = highs
@@ -92,10 +119,21 @@ class Packed:
 
     @property
     def scales(self) -> Array:
-        """`d` as float32 values (a fresh array when it holds half bits)."""
-        if self.d.dtype == np.uint16:
-            return self.d.view(np.float16).astype(np.float32)
-        return self.d
+        """`d` as float32 values (a fresh array unless it holds them)."""
+        return _values(self.d)
+
+    @property
+    def offsets(self) -> Array | None:
+        """`mins` as float32 values, or None."""
+        return None if self.mins is None else _values(self.mins)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: quants, plane, scales and offsets."""
+        arrays = [self.stored, self.highs]
+        for form in (self.d, self.mins):
+            arrays += list(form) if isinstance(form, tuple) else [form]
+        return sum(int(a.nbytes) for a in arrays if a is not None)
 
     @property
     def stored(self) -> Array:
@@ -148,8 +186,9 @@ def five_bit_pack(packed: Packed) -> Packed:
     q, d, mins = packed.qs, packed.d, packed.mins
     if q.size and int(q.min()) >= 0:  # levels 0..31 with offsets: d q - m = d (q - 16) - m'
         q = q - np.int8(16)
-        offsets = np.zeros(d.shape, np.float32) if mins is None else mins
-        mins = np.ascontiguousarray(offsets - 16.0 * packed.scales, dtype=np.float32)
+        scales, offsets = packed.scales, packed.offsets
+        mins = np.ascontiguousarray((0.0 if offsets is None else offsets) - 16.0 * scales,
+                                    dtype=np.float32)
     if q.size and not (int(q.min()) >= -16 and int(q.max()) <= 15):
         return packed
     nibbles, highs = fivebit.split(q)
@@ -157,13 +196,13 @@ def five_bit_pack(packed: Packed) -> Packed:
                   nibbles=nibbles, highs=highs)
 
 
-def _half_bits_if_exact(d: Array) -> Array:
+def _half_bits_if_exact(d: Scales) -> Scales:
     """Float32 scales `d` as half bits (uint16) where that loses nothing, else `d` itself.
 
     Only where every scale is a half (Q5_0's are the file's) and the CPU widens halves in
     hardware (`intdot` widens a row's scales at a time).
     """
-    if not HALF_CONVERSION or d.dtype != np.float32:
+    if not HALF_CONVERSION or isinstance(d, tuple) or d.dtype != np.float32:
         return d
     with np.errstate(all="ignore"):
         half = d.astype(np.float16)
@@ -178,14 +217,14 @@ def _f16(raw: Array) -> Array:
     return out
 
 
-def _unpack_q4_0(raw: Array) -> tuple[Array, Array, None]:
+def _unpack_q4_0(raw: Array) -> tuple[Array, Scales, None]:
     d = _f16(raw[:, :2])[:, None]
     qs = raw[:, 2:]
     nibbles = np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=-1)
     return nibbles.astype(np.int8) - np.int8(8), d, None
 
 
-def _unpack_q4_k(raw: Array) -> tuple[Array, Array, Array]:
+def _unpack_q4_k(raw: Array) -> tuple[Array, Scales, Scales]:
     n = raw.shape[0]
     d, dmin = _f16(raw[:, 0:2])[:, None], _f16(raw[:, 2:4])[:, None]
     # NOTE: ggml's get_scale_min_k4 for the 8 sub-blocks at once (12 bytes of 6-bit pairs).
@@ -194,21 +233,20 @@ def _unpack_q4_k(raw: Array) -> tuple[Array, Array, Array]:
     mins = np.concatenate([mid & 0x3F, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
     shifts = np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     nibbles = (raw[:, 16:].reshape(n, 4, 1, 32) >> shifts) & np.uint8(0x0F)
-    return (nibbles.reshape(n, 256).astype(np.int8), d * scales.astype(np.float32),
-            dmin * mins.astype(np.float32))
+    return nibbles.reshape(n, 256).astype(np.int8), (scales, d), (mins, dmin)
 
 
-def _unpack_q6_k(raw: Array) -> tuple[Array, Array, None]:
+def _unpack_q6_k(raw: Array) -> tuple[Array, Scales, None]:
     n = raw.shape[0]
     ql, qh = raw[:, :128], raw[:, 128:192]
-    scales = raw[:, 192:208].view(np.int8).astype(np.float32)
+    scales = raw[:, 192:208].view(np.int8)
     d = _f16(raw[:, 208:210])[:, None]
     shifted = ql.reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     low = (shifted & np.uint8(0x0F)).reshape(n, 256)
     high = qh.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     high = (high & np.uint8(0x03)).reshape(n, 256)
     q = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
-    return q, d * scales, None
+    return q, (scales, d), None
 
 
 #: format -> (elements per block, bytes per block, log2 sub-block, unpacker of raw [n, bytes]).
@@ -237,11 +275,14 @@ def pack(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     flat = np.ascontiguousarray(blocks).reshape(n * (k // block), nbytes)
     with np.errstate(all="ignore"):
         q, sub_d, sub_m = unpack(flat)
-    mins = None if sub_m is None else np.ascontiguousarray(sub_m.reshape(n, k // 32))
-    return nibble_pack(Packed(np.ascontiguousarray(q.reshape(n, k)),
-                              np.ascontiguousarray(sub_d.reshape(n, k >> shift),
-                                                   dtype=np.float32),
-                              format=format, shift=shift, mins=mins))
+
+    def rows(form: Scales) -> Scales:  # per block -> per weight row; values stay float32
+        return _each(form, lambda a: np.ascontiguousarray(  # type: ignore[no-any-return]
+            a.reshape(n, -1), dtype=np.float32 if a.dtype.kind == "f" else a.dtype))
+
+    return nibble_pack(Packed(np.ascontiguousarray(q.reshape(n, k)), rows(sub_d),
+                              format=format, shift=shift,
+                              mins=None if sub_m is None else rows(sub_m)))
 
 
 # NOTE: keyed by id(buffer) with a weak reference that proves it is still the same array; the
@@ -278,11 +319,19 @@ def _stack(parts: list[Packed]) -> Packed:
         return None if arrays[0] is None else np.concatenate(arrays)  # type: ignore[arg-type]
 
     first = parts[0]
-    scales = [p.d for p in parts]
-    if len({d.dtype for d in scales}) > 1:  # half bits and float32 values: float32 for all
-        scales = [p.scales for p in parts]
-    return Packed(rows([p._qs for p in parts]), rows(scales),  # type: ignore[arg-type]
-                  format=first.format, shift=first.shift, mins=rows([p.mins for p in parts]),
+
+    def forms(values: list[Scales | None]) -> Scales | None:
+        if values[0] is None:
+            return None
+        kinds = {str(_each(v, lambda a: a.dtype)) for v in values}  # type: ignore[arg-type]
+        if len(kinds) > 1:  # half bits, factored or float32 values mixed: float32 for all
+            values = [_values(v) for v in values]  # type: ignore[arg-type]
+        if isinstance(values[0], tuple):
+            return tuple(np.concatenate(c) for c in zip(*values, strict=True))  # type: ignore[return-value]
+        return rows(values)  # type: ignore[arg-type]
+
+    return Packed(rows([p._qs for p in parts]), forms([p.d for p in parts]),  # type: ignore[arg-type]
+                  format=first.format, shift=first.shift, mins=forms([p.mins for p in parts]),
                   nibbles=rows([p.nibbles for p in parts]), highs=rows([p.highs for p in parts]))
 
 
@@ -291,8 +340,12 @@ def _slice(packed: Packed, lo: int, hi: int) -> Packed:
     def rows(array: Array | None) -> Array | None:
         return None if array is None else array[lo:hi]
 
-    return Packed(rows(packed._qs), packed.d[lo:hi], format=packed.format, shift=packed.shift,
-                  mins=rows(packed.mins), nibbles=rows(packed.nibbles),
+    def form(value: Scales | None) -> Scales | None:
+        return None if value is None else _each(value, lambda a: a[lo:hi])
+
+    return Packed(rows(packed._qs), form(packed.d),  # type: ignore[arg-type]
+                  format=packed.format, shift=packed.shift,
+                  mins=form(packed.mins), nibbles=rows(packed.nibbles),
                   highs=rows(packed.highs))
 
 
@@ -372,7 +425,7 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
 # (the product took 40 ms).
 
 
-def _integer(x: Array, packed: Packed, mins: Array, out: Array) -> bool:
+def _integer(x: Array, packed: Packed, mins: Scales, out: Array) -> bool:
     """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
     return intdot.run(np.ascontiguousarray(x), packed.stored, packed.d, mins, out, packed.shift,
                       packed.highs)
