@@ -204,24 +204,3 @@ def test_dot_step_knows_where_the_outer_product_tiles_start() -> None:
     from omnitensor_backend_cpu import fewrows, steps
 
     assert steps._FEWROWS_MIN_ROWS == fewrows.MIN_ROWS
-
-
-# the tiled integer loop (8 rows and up): rows past the last group of four, a last partial
-# tile of weight rows, both halves of a split; the untiled loop below it
-@pytest.mark.parametrize("m", [4, 8, 11, 30])
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_k", "q5_0", "q6_k"])
-@pytest.mark.parametrize("split", [False, True])
-def test_integer_rows_by_tiles_match_the_reference(m: int, fmt: str, split: bool,
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   assert_qmatmul_close: Any) -> None:
-    monkeypatch.setattr(threads, "_COUNT", [2])
-    if split:
-        monkeypatch.setattr(pool, "MIN_SPLIT", 1)
-    rng = np.random.default_rng(m)
-    n, k = 45, 512  # 32 weight rows a tile at K 512: a whole tile and a partial one
-    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
-    packed = quant.pack(blocks, fmt, (n, k))
-    x = rng.normal(size=(m, k)).astype(np.float32)
-    out = np.full((m, n), np.nan, np.float32)
-    quant.qmatmul(x, packed, out)
-    assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)

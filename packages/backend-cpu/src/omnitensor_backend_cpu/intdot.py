@@ -491,58 +491,10 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
     return view
 
 
-#: Bytes of weight rows multiplied against each group of four activation rows before the next
-#: group (`_rows_tiled`), so that they stay in L1 while the group passes.
-_TILE_BYTES: Final = 16384
-
-
-@jit(inline=True)
-def _rows_tiled(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-                hi: int, shift: int, highs: Any) -> None:
-    # NOTE: weight rows by tiles: every group of four activation rows passes a tile of weight
-    # rows before the next group does, so each activation group is read from L2 once per tile,
-    # not once per weight row (128 rows of a 896-wide x are 229 KB of int16: past L1, and the
-    # untiled loop read them once per weight row, 1.1 GB for a 4864 x 896 product)
-    m_rows = xq.shape[0]
-    tile = max(4, min(32, _TILE_BYTES // max(1, qs.shape[1])))
-    scales = np.empty((tile, xd.shape[1]), np.float32)
-    offsets = np.empty((tile, xsum.shape[1]), np.float32)
-    for n0 in range(lo, hi, tile):
-        count = min(tile, hi - n0)
-        for i in range(count):  # the tile's scales and offsets as float32 rows, once
-            src = row_scales(d, n0 + i, scales[i])
-            for b in range(src.shape[0]):
-                scales[i, b] = src[b]
-            src = row_scales(mins, n0 + i, offsets[i])
-            for b in range(src.shape[0]):
-                offsets[i, b] = src[b]
-        m = 0
-        while m + 4 <= m_rows:
-            for i in range(count):
-                n = n0 + i
-                if shift == 5:
-                    a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, scales[i], xd, highs)
-                else:
-                    a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, scales[i], xd, None)
-                store4(out, offsets[i], xsum, m, n, a0, a1, a2, a3)
-            m += 4
-        for r in range(m, m_rows):
-            for i in range(count):
-                n = n0 + i
-                acc = (_dot32(qs, n, xq, r, scales[i], xd, highs) if shift == 5
-                       else _dot16(qs, n, xq, r, scales[i], xd, None))
-                for b in range(offsets.shape[1]):
-                    acc -= xsum[r, b] * offsets[i, b]
-                out[r, n] = acc
-
-
 @jit(inline=True)
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
           shift: int, highs: Any = None) -> None:
     m_rows = xq.shape[0]
-    if m_rows >= 8:
-        _rows_tiled(xq, xd, qs, d, mins, xsum, out, lo, hi, shift, highs)
-        return
     buf = np.empty(xd.shape[1], np.float32)
     mbuf = np.empty(xsum.shape[1], np.float32)
     for n in range(lo, hi):
