@@ -24,11 +24,12 @@ Array = np.ndarray[Any, Any]
 #: Weights per line of the plane (four blocks of 32: two pairs).
 LINE: Final = 128
 
-#: Element of a block held by lane jj (0..7) of its half of a pair, for each of the lane's four
-#: nibbles in the order the kernel takes them (mask, >> 8, >> 4, >> 12 of the 16-bit lane).
-_ELEMENT: Final = np.array([[2 * jj, 2 * jj + 1, 16 + 2 * jj, 17 + 2 * jj] for jj in range(8)])
-#: The bit of a plane byte that holds (pair u, nibble p): 4u + p, as (u, 1, 1, p).
-_BIT: Final = (4 * np.arange(2).reshape(2, 1, 1, 1) + np.arange(4)).astype(np.uint8)
+# NOTE: a block's 32 elements e = 16 ph + 2 jj + pl are lane jj's nibble p = pl + 2 ph; viewed
+# as (ph, jj, pl) and moved next to the pair u, a lane's eight bits (u, ph, pl) are bit 4u + p
+# of its byte: `np.packbits` makes the plane in one pass (a fancy-indexed gather and OR
+# reductions took 0.11 s for a 4864 x 896 weight, 7 s for a 0.5B model's load).
+#: (n, line, u, hb, ph, jj, pl) -> (n, line, hb, jj, u, ph, pl)
+_BLOCK_AXES: Final = (0, 1, 3, 5, 2, 4, 6)
 
 
 def split(q: Array) -> tuple[Array, Array]:
@@ -38,10 +39,9 @@ def split(q: Array) -> tuple[Array, Array]:
     v = (q.astype(np.int16) + 16).astype(np.uint8)
     blocks = (v & np.uint8(15)).reshape(n, k // 32, 32)
     nibbles = blocks[..., :16] | (blocks[..., 16:] << np.uint8(4))
-    inverted = (np.uint8(1) - (v >> np.uint8(4))).reshape(n, k // LINE, 2, 2, 32)
-    # (n, line, pair u, half hb, lane jj, nibble p) -> byte hb * 8 + jj of the line, bit 4u + p
-    bits = inverted[..., _ELEMENT] << _BIT
-    plane = np.bitwise_or.reduce(np.bitwise_or.reduce(bits, axis=5), axis=2)
+    inverted = (np.uint8(1) - (v >> np.uint8(4))).reshape(n, k // LINE, 2, 2, 2, 8, 2)
+    lanes = inverted.transpose(_BLOCK_AXES).reshape(n, k // 8, 8)
+    plane = np.packbits(lanes, axis=-1, bitorder="little")
     return (np.ascontiguousarray(nibbles.reshape(n, k // 2)),
             np.ascontiguousarray(plane.reshape(n, k // 8)))
 
@@ -51,8 +51,7 @@ def join(nibbles: Array, plane: Array) -> Array:
     n, k = nibbles.shape[0], nibbles.shape[1] * 2
     packed = nibbles.reshape(n, k // 32, 16)
     low = np.concatenate([packed & np.uint8(15), packed >> np.uint8(4)], axis=-1)
-    lanes = plane.reshape(n, k // LINE, 1, 2, 8, 1)
-    inverted = np.empty((n, k // LINE, 2, 2, 32), np.uint8)
-    inverted[..., _ELEMENT] = (lanes >> _BIT) & np.uint8(1)
+    bits = np.unpackbits(plane.reshape(n, k // 8, 1), axis=-1, bitorder="little")
+    inverted = bits.reshape(n, k // LINE, 2, 8, 2, 2, 2).transpose(0, 1, 4, 2, 5, 3, 6)
     q = low.reshape(n, k).astype(np.int8) - (inverted.reshape(n, k).astype(np.int8) << 4)
     return q.astype(np.int8)
