@@ -63,6 +63,18 @@ def test_setitem_with_mask_and_dynamic_position() -> None:
     assert cache.numpy()[2].tolist() == [1, 1, 1] and cache.numpy().sum() == 3
 
 
+@pytest.mark.parametrize("key", [(slice(None, None, 2),), ([0, 2, 2],), ([],)])
+def test_setitem_of_a_bool_tensor_by_positions(key: object) -> None:
+    # scattered positions (a strided slice, repeated and empty index lists) on bool values
+    values = np.array([True, False, False, True, False])
+    x = ot.tensor(values)
+    expected = values.copy()
+    expected[key] = [True, False, True][: len(expected[key])] if len(expected[key]) else []
+    x[key] = ot.tensor(np.array([True, False, True][: len(values[key])], np.bool_))
+    assert x.dtype == ot.bool_
+    np.testing.assert_array_equal(x.numpy(), expected)
+
+
 def test_index_errors() -> None:
     x = ot.tensor(A)
     with pytest.raises(ShapeError, match="out of range"):

@@ -338,8 +338,11 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         keep = np.sort(flat_pos.size - 1 - last).astype(np.int32)
         chosen = update[keep] if keep.size != flat_pos.size else update
         idx = as_tensor(flat_pos[keep])
-        zeros = full((x.size,), 0, x.dtype)
-        scattered = Tensor._apply("scatter_add", zeros, idx, chosen, axis=0, batch_dims=0)
+        # (scatter_add adds numbers: bool values go through uint8, exact with unique positions)
+        work = dt.uint8 if x.dtype == dt.bool_ else x.dtype
+        zeros = full((x.size,), 0, work)
+        scattered = Tensor._apply("scatter_add", zeros, idx, chosen.astype(work), axis=0,
+                                  batch_dims=0).astype(x.dtype)
         mask = np.zeros(x.size, dtype=np.bool_)
         mask[flat_pos] = True
         result = where(as_tensor(mask), scattered, x.reshape(-1)).reshape(x.shape)
