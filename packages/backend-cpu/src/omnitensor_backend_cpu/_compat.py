@@ -6,6 +6,7 @@ typed names here, so ``mypy --strict`` needs ``ignore_missing_imports`` for numb
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, Final
@@ -13,12 +14,14 @@ from typing import Any, Final
 import numba
 from llvmlite import ir as _llvm_ir
 from numba import types as _types
+from numba.core import event as _numba_event
 from numba.core.errors import NumbaPerformanceWarning
 from numba.extending import intrinsic as _intrinsic
 
 __all__ = [
     "FASTMATH",
     "NUMBA_VERSION",
+    "compile_seconds",
     "f32_from_bits",
     "f64_from_bits",
     "get_num_threads",
@@ -27,6 +30,42 @@ __all__ = [
     "prange",
     "set_num_threads",
 ]
+
+# NOTE: numba's event module is untyped; used through Any like the rest of numba here.
+_event: Any = _numba_event
+
+
+class _CompileClock(_event.Listener):  # type: ignore[misc]
+    """Seconds spent in numba compiles (outermost ones: a kernel's callees are inside it).
+
+    numba fires ``numba:compile`` only when it compiles, not when it loads a cached kernel.
+    Compiles hold numba's global compiler lock, so one depth counter serves every thread.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._depth = 0
+        self._start = 0.0
+
+    def on_start(self, event: Any) -> None:
+        if self._depth == 0:
+            self._start = time.perf_counter()
+        self._depth += 1
+
+    def on_end(self, event: Any) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.seconds += time.perf_counter() - self._start
+
+
+_CLOCK: Final = _CompileClock()
+_event.register("numba:compile", _CLOCK)
+
+
+def compile_seconds() -> float:
+    """Seconds numba has spent compiling in this process (cache loads are not compiles)."""
+    return _CLOCK.seconds
+
 
 #: The only fastmath flags omnitensor uses: never ``nnan``/``ninf`` (NaN and inf stay right).
 FASTMATH: Final = frozenset({"contract", "reassoc", "arcp"})

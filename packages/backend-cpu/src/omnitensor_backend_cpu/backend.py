@@ -8,6 +8,7 @@ the declared capabilities are the reference's.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, final
@@ -121,3 +122,8 @@ class CpuBackend(HostArrayBackend):
     def device_info(self) -> dict[str, str]:
         """The host and the thread count."""
         return {"device": "host CPU (numba + BLAS)", "threads": str(self.threads)}
+
+    def compile_seconds(self) -> float:
+        """Seconds numba has spent compiling kernels (on first use; 0.0 before numba loads)."""
+        compat = sys.modules.get("omnitensor_backend_cpu._compat")
+        return 0.0 if compat is None else float(compat.compile_seconds())

@@ -160,3 +160,22 @@ def test_compiled_function_traces_are_bounded(monkeypatch: pytest.MonkeyPatch) -
     sizes = cache_sizes()
     assert sizes["traces"] >= 3 and sizes["compiled_functions"] >= 1
     assert sizes["plans"] <= sizes["plan_capacity"]
+
+
+def test_kernels_a_backend_compiles_on_first_use_count_as_compile_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor.backend.registry import get_backend
+
+    f = ot.compile(lambda x: x * 2)
+    x = ot.ones(3)
+    f(x).numpy()  # traced and compiled: the runs below only run the plan
+    backend = get_backend("ref")
+    clock = iter([10.0, 12.5])  # the backend's count before and after the run: 2.5 s compiling
+    monkeypatch.setattr(backend, "compile_seconds", lambda: next(clock))
+    before = stats.compile_seconds
+    assert f(x).numpy().tolist() == [2, 2, 2]
+    assert stats.compile_seconds - before == pytest.approx(2.5)
+    monkeypatch.undo()
+    before = stats.compile_seconds
+    f(x).numpy()
+    assert stats.compile_seconds == before  # the reference backend compiles nothing on first use

@@ -184,6 +184,16 @@ class Backend(abc.ABC):
         """Facts about the device for `omnitensor backends` (name, memory ...)."""
         return {}
 
+    def compile_seconds(self) -> float:
+        """Seconds this backend has spent so far compiling kernels it compiles on first use.
+
+        A backend whose kernels compile inside `run` (the first run of an executable) counts
+        that time here; callers subtract it from run times and report it as compile time
+        (`omnitensor generate`'s "compile", `tensor.realize.stats.compile_seconds`). A
+        backend that compiles everything in `compile` keeps the default, 0.0.
+        """
+        return 0.0
+
     def close(self) -> None:  # noqa: B027 (optional hook: most backends hold nothing to release)
         """Release device resources (called at interpreter exit for created backends)."""
 

@@ -35,7 +35,8 @@ class Stats:
     compiles: int = 0
     optimizer_runs: int = 0
     prelude_runs: int = 0
-    #: seconds spent tracing and compiling `compile`d functions (the CLI reports it apart)
+    #: seconds spent tracing and compiling `compile`d functions, and compiling the kernels a
+    #: backend compiles on first use (`Backend.compile_seconds`); the CLI reports it apart
     compile_seconds: float = 0.0
     #: traces dropped by `compile`d functions over their bound (OMNITENSOR_TRACE_CACHE_SIZE)
     trace_evictions: int = 0
@@ -144,16 +145,22 @@ def _compile(function: Function, backend: Backend) -> Executable:
 def run_plan(plan: Plan, key: str, leaves: Sequence[Ref], buffers: list[Any], *,
              donated: frozenset[int] = frozenset()) -> list[Any]:
     """Run `plan` on input `buffers`, serving hoisted parameter work from the cache."""
-    if plan.prelude is not None:
-        versions = tuple(leaves[i][0].version for i in plan.prelude_inputs)
+    # kernels a backend compiles on first use count as compile time, not run time
+    compiled = plan.backend.compile_seconds()
+    try:
+        if plan.prelude is not None:
+            versions = tuple(leaves[i][0].version for i in plan.prelude_inputs)
 
-        def run_prelude() -> list[Any]:
-            stats.prelude_runs += 1
-            assert plan.prelude is not None
-            return plan.backend.run(plan.prelude, [buffers[i] for i in plan.prelude_inputs])
+            def run_prelude() -> list[Any]:
+                stats.prelude_runs += 1
+                assert plan.prelude is not None
+                return plan.backend.run(plan.prelude,
+                                        [buffers[i] for i in plan.prelude_inputs])
 
-        buffers = buffers + list(hoist_cache.get_or_compute(key, versions, run_prelude))
-    return plan.backend.run(plan.executable, buffers, donated=donated)
+            buffers = buffers + list(hoist_cache.get_or_compute(key, versions, run_prelude))
+        return plan.backend.run(plan.executable, buffers, donated=donated)
+    finally:
+        stats.compile_seconds += plan.backend.compile_seconds() - compiled
 
 
 def leaf_buffers(leaves: Sequence[Ref], backend: Backend) -> list[Any]:
