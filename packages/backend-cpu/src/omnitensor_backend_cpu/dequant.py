@@ -77,7 +77,7 @@ def _block_kernel(shift: int) -> Any:
                 h_arr = context.make_array(signature.args[7])(context, builder, args[7])
                 h_row = builder.gep(h_arr.data, [builder.mul(row, builder.extract_value(
                     h_arr.shape, 1))])
-                q = builder.sub(q, _sixteens(builder, h_row, blk))
+                q = builder.sub(q, _block_sixteens(builder, h_row, blk))
             values = to_float(q, ir.VectorType(_F32, size))
             scaled = builder.fsub(builder.fmul(values, splat(builder, scale, size)),
                                   splat(builder, offset, size))
@@ -91,7 +91,7 @@ def _block_kernel(shift: int) -> Any:
     return block
 
 
-def _sixteens(builder: Any, h_row: Any, block: Any) -> Any:
+def _block_sixteens(builder: Any, h_row: Any, block: Any) -> Any:
     """<32 x i8>: 16 for each weight of `block` whose inverted fifth bit is set, else 0.
 
     In `fivebit`'s plane, weight e of block c of a line sits in byte ``16 line + 8 (c % 2) +

@@ -73,7 +73,7 @@ def _strided(builder: Any, vec: Any, start: int, count: int) -> Any:
                                                         list(range(start, 2 * count, 2))))
 
 
-def _sixteens(builder: Any, plane: Any, bit: int) -> Any:
+def _lane_sixteens(builder: Any, plane: Any, bit: int) -> Any:
     """16 where bit `bit` (0..7) of each 16-bit lane of `plane` is set, else 0."""
     at = ir.VectorType(_I16, 16)
     if bit < 4:
@@ -232,9 +232,9 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                 if plane is None:
                     wide_quants = [builder.zext(q, i32x16) for q in quants]
                 else:
-                    wide_quants = [builder.sext(builder.sub(q, _sixteens(builder, plane,
-                                                                         bit + part)), i32x16)
-                                   for part, q in enumerate(quants)]
+                    wide_quants = [builder.sext(builder.sub(
+                        q, _lane_sixteens(builder, plane, bit + part)), i32x16)
+                        for part, q in enumerate(quants)]
                 for x_row, acc, scale in zip(x_rows, accs, spreads, strict=True):
                     s = None
                     for part, qw in enumerate(wide_quants):
