@@ -376,12 +376,11 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
     n_b, n_h, t_len, d = q.shape
     n_kv, s_len, dv = k.shape[1], k.shape[2], v.shape[3]
     g = n_h // n_kv
-    # NOTE: without a soft cap the scale is applied to q (T x D values) rather than to the
-    # scores (T x S): one pass fewer over the scores, the same product up to rounding. The
-    # scaled copy is C-contiguous, which stacking the heads of a kv head needs anyway.
+    # NOTE: stacking the query heads of a kv head (g > 1) needs a C-contiguous q, so without a
+    # soft cap that copy is also where the scale is applied (T x D values, not T x S scores).
     # With one query head per kv head (an encoder) q is read where it lies and the mask kernel
-    # scales the scores in its pass over each row: copying a strided q cost more (an encoder
-    # layer's attention, (32, 12, 28, 32) with a padding mask: 2.56 against 3.17 ms).
+    # scales each score row in the pass it makes anyway: the strided copy cost more (an
+    # encoder layer's attention, (32, 12, 28, 32) with a padding mask: 2.56 against 3.17 ms).
     scale, softcap = args[5], args[6]
     if softcap == 0.0 and scale != 1.0 and g > 1:
         qs = np.multiply(q, q.dtype.type(scale), out=np.empty(q.shape, q.dtype))

@@ -200,6 +200,13 @@ def log_softmax(x: Array, out: Array) -> None:
     softmax(x, out, log=True)
 
 
+#: Elements of a norm per unit of `pool.MIN_SPLIT` work: a few additions each, too cheap for a
+#: hand-off to the pool (~100 us) to pay below ~700 thousand. A layer norm over (32, 28, 384)
+#: took 175 us on one thread against 221 on two, over (512, 896) 207 against 238, and over
+#: (64, 28, 384) 295 against 287 us.
+_NORM_ELEMENTS_PER_UNIT: Final = 5
+
+
 def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,
           centre: bool, axes: int) -> None:
     if x.size == 0:
@@ -218,12 +225,6 @@ def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: f
     pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], w, b, dst[lo:hi], centre,
                                                          flags, eps), work=work)
 
-
-#: Elements of a norm per unit of `pool.MIN_SPLIT` work: a few additions each, too cheap for a
-#: hand-off to the pool (~100 us) to pay below ~700 thousand. A layer norm over (32, 28, 384)
-#: took 175 us on one thread against 221 on two, over (512, 896) 207 against 238, and over
-#: (64, 28, 384) 295 against 287 us.
-_NORM_ELEMENTS_PER_UNIT: Final = 5
 
 
 def _vector(values: Array, dtype: Any, cols: int) -> Array:
