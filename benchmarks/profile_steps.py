@@ -9,7 +9,7 @@ of 32 sentences through the MiniLM-shape BERT of `encoder.py`), ``train`` (one c
 char-gpt training step of `train_step.py`).
 
     python benchmarks/profile_steps.py [--only decode,prefill,encoder,train] [--small] [--top 12]
-                                       [--again]
+                                       [--again] [--prompt 16]
 
 ``--again`` runs each step a second time right after itself and prints that time beside the
 step's own: what the step costs warm, against what it costs in sequence, after the steps before
@@ -194,7 +194,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--again", action="store_true",
                         help="also time each step run again at once (warm), beside its own time")
+    parser.add_argument("--prompt", type=int, default=None,
+                        help="prompt tokens of the Llama's prefill (decode.py's 16 by default)")
     args = parser.parse_args()
+    if args.prompt:
+        import decode
+
+        decode.PROMPT = args.prompt
     only = set(args.only.split(","))
     if only & {"decode", "prefill"}:
         decode_workloads(args.small, args.top, only, args.again)

@@ -123,6 +123,27 @@ def test_large_qmatmul_split_over_threads_agrees() -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("n,k", [(896, 4864), (4864, 896), (96, 128)])
+def test_dequantized_tiles_are_equal_and_cover_the_weight(n: int, k: int) -> None:
+    tile = quant._tile_rows(n, k)
+    count = -(-n // tile)
+    assert 4 * tile * k <= max(quant._TILE_BYTES, 4 * 16 * k)
+    assert n - (count - 1) * tile > tile - count  # the last tile is not a narrow rest
+
+
+def test_many_rows_by_several_tiles_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    n, k, m = 200, 256, quant.BLAS_MIN_ROWS
+    monkeypatch.setattr(quant, "_TILE_BYTES", 4 * 48 * k)  # tiles of 40 rows: five
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), "q8_0")
+    packed = quant.pack(blocks, "q8_0", (n, k))
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    out = np.empty((m, n), np.float32)
+    quant.qmatmul(x, packed, out)
+    want = x @ quant_blocks.dequantize(blocks, "q8_0").T
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("fmt,bound", [("q4_0", 1.34), ("q4_k", 1.06)])
 def test_4_bit_weights_stay_4_bit(fmt: str, bound: float) -> None:
     # two weights per byte: the repacked form is about the size of the ggml blocks (Q4_K's
