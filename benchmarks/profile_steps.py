@@ -9,7 +9,7 @@ of 32 sentences through the MiniLM-shape BERT of `encoder.py`), ``train`` (one c
 char-gpt training step of `train_step.py`).
 
     python benchmarks/profile_steps.py [--only decode,prefill,encoder,train] [--small] [--top 12]
-                                       [--again] [--prompt 16]
+                                       [--again] [--prompt 16] [--formats F32,Q8_0]
 
 ``--again`` runs each step a second time right after itself and prints that time beside the
 step's own: what the step costs warm, against what it costs in sequence, after the steps before
@@ -141,15 +141,16 @@ def _llama_steps(system: Any) -> tuple[Callable[[], None], Callable[[], None]]:
     return prefill, step
 
 
-def decode_workloads(small: bool, top: int, only: set[str], again: bool = False) -> None:
-    """Profile prefill and decode of the Llama of `decode.py`, f32 and Q8_0."""
+def decode_workloads(small: bool, top: int, only: set[str], again: bool = False,
+                     formats: tuple[str, ...] = ("F32", "Q8_0")) -> None:
+    """Profile prefill and decode of the Llama of `decode.py` in each of `formats`."""
     import decode
 
     shape = decode.SMALL if small else decode.FULL
     with tempfile.TemporaryDirectory(prefix="omni-profile-") as tmp:
         hf = decode.save_model(Path(tmp), shape)
         files = {name: decode.save_gguf(hf, Path(tmp) / f"model-{name}.gguf", name.lower())
-                 for name in ("F32", "Q8_0")}  # GGUF: the byte vocabulary of `decode.py`
+                 for name in formats}  # GGUF: the byte vocabulary of `decode.py`
         for name, path in files.items():
             t = time.perf_counter()
             system = decode.OmniSystem(path, "cpu")
@@ -194,6 +195,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--again", action="store_true",
                         help="also time each step run again at once (warm), beside its own time")
+    parser.add_argument("--formats", default="F32,Q8_0",
+                        help="the Llama's GGUF file types (F32, Q8_0, Q4_K_M)")
     parser.add_argument("--prompt", type=int, default=None,
                         help="prompt tokens of the Llama's prefill (decode.py's 16 by default)")
     args = parser.parse_args()
@@ -203,7 +206,8 @@ def main() -> None:
         decode.PROMPT = args.prompt
     only = set(args.only.split(","))
     if only & {"decode", "prefill"}:
-        decode_workloads(args.small, args.top, only, args.again)
+        decode_workloads(args.small, args.top, only, args.again,
+                         tuple(args.formats.upper().split(",")))
     if "encoder" in only:
         encoder_workload(args.small, args.top, args.again)
     if "train" in only:

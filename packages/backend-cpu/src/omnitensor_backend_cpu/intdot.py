@@ -45,6 +45,8 @@ overload: Any = _overload
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _LANES: Final = 8
+#: Float sums per activation row in the one-row kernels over int8 weights (`_dot_kernel`).
+_ONE_ROW_WAYS: Final = 2
 
 #: Bytes ahead of the block being read that each block prefetches in its weight row (rows are
 #: contiguous, so this runs on into the next rows). The hardware prefetcher alone kept too few
@@ -88,7 +90,7 @@ def _byte(builder: Any, column: Any, nibbles: bool) -> Any:
     return builder.ashr(column, ir.Constant(column.type, 1)) if nibbles else column
 
 
-def _dot_kernel(shift: int, rows: int) -> Any:
+def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
     """An intrinsic ``dot(qs, n, xq, m, d, xd, highs)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
@@ -101,6 +103,8 @@ def _dot_kernel(shift: int, rows: int) -> Any:
     With such nibbles, `highs` (N, K / 8) uint8 may hold a fifth bit per weight, inverted
     (`quant_more.five_bit_pack`'s plane, K a multiple of 128): the weight is then
     ``nibble - 16 * bit``, in -16..15. Else `highs` is None.
+
+    `ways`: float sums per row over int8 weights, taking the blocks of a line in turn.
     """
     size = 1 << shift
 
@@ -174,15 +178,26 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                 xd_rows.append(builder.gep(xd_arr.data, [builder.mul(at, blocks)]))
             vf = ir.VectorType(_F32, _LANES)
             wide = ir.VectorType(_I32, size)
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in x_rows]
+            # NOTE: an int8 row's blocks add into `ways` sums in turn (by their place in the
+            # line): with one, the chain of float adds (one a block) bound a one-row product
+            # by the add's latency. One row, one thread, interleaved in one process: Q6_K
+            # (four blocks a line) 14.1 against 11.2 G weights/s, Q8_0 25.1 against 22.2 (896
+            # x 4864) and 15.4 against 14.1 (4864 x 896). Nibbles: level or slower (16.2
+            # against 16.7 for Q5_0), their pairs do more work between the adds: one sum.
+            chains = 1 if nibbles else ways
+            sums = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None))
+                     for _ in range(chains)] for _ in x_rows]
+
+            def accs(way: int) -> list[Any]:
+                return [row_sums[way % chains] for row_sums in sums]
 
             def spread(vector: Any, lanes: list[int]) -> Any:
                 # the 8 float32 lanes [vector[i] for i in lanes]: scales spread over products
                 return builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
                                               ir.Constant(ir.VectorType(_I32, _LANES), lanes))
 
-            def block(b: Any, prefetch: bool, scales: list[tuple[Any, int]] | None = None
-                      ) -> None:
+            def block(b: Any, prefetch: bool, scales: list[tuple[Any, int]] | None = None,
+                      way: int = 0) -> None:
                 at = builder.shl(b, ir.Constant(b.type, shift))
                 q = load_quants(builder, q_row, at, size, nibbles)
                 qw = builder.zext(q, wide) if nibbles else builder.sext(q, wide)
@@ -191,7 +206,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                         builder.add(_byte(builder, at, nibbles),
                                     ir.Constant(at.type, _PREFETCH_BYTES))]))
                 dq = None if scales else weight_scales(b, 1)
-                for r, (x_row, xd_row, acc) in enumerate(zip(x_rows, xd_rows, accs,
+                for r, (x_row, xd_row, acc) in enumerate(zip(x_rows, xd_rows, accs(way),
                                                              strict=True)):
                     x = builder.load(builder.bitcast(builder.gep(x_row, [at]),
                                                      ir.VectorType(_I16, size).as_pointer()),
@@ -214,7 +229,8 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
-            def pair(first: Any, spreads: list[Any], plane: Any = None, bit: int = 0) -> None:
+            def pair(first: Any, spreads: list[Any], plane: Any = None, bit: int = 0,
+                     way: int = 0) -> None:
                 # 4-bit blocks `first` and `first + 1` (one 32-byte load) against x in the
                 # layout `interleave_pairs` gave it; `spreads` holds each row's two block scales
                 # as (s0 x 4, s1 x 4). With a `plane` (16 lanes of the line's fifth bits), each
@@ -235,7 +251,7 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     wide_quants = [builder.sext(builder.sub(
                         q, _lane_sixteens(builder, plane, bit + part)), i32x16)
                         for part, q in enumerate(quants)]
-                for x_row, acc, scale in zip(x_rows, accs, spreads, strict=True):
+                for x_row, acc, scale in zip(x_rows, accs(way), spreads, strict=True):
                     s = None
                     for part, qw in enumerate(wide_quants):
                         x = builder.load(builder.bitcast(
@@ -283,11 +299,11 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                     for u in range(0, per_line, 2):
                         pair(builder.add(first, ir.Constant(first.type, u)),
                              [spread(p, [u] * 4 + [u + 1] * 4) for p in products], plane,
-                             2 * u)
+                             2 * u, u // 2)
                 else:
                     for u in range(per_line):
                         block(builder.add(first, ir.Constant(first.type, u)), False,
-                              [(p, u) for p in products])
+                              [(p, u) for p in products], u)
             done = builder.mul(lines, ir.Constant(blocks.type, per_line))
             if nibbles:  # a last pair, in the interleaved layout too
                 two = ir.Constant(blocks.type, 2)
@@ -299,8 +315,10 @@ def _dot_kernel(shift: int, rows: int) -> Any:
                                          ir.Constant(blocks.type, 1)) as (b, _):
                 block(b, True)
             values = []
-            for acc in accs:
-                total = builder.load(acc)
+            for row_sums in sums:
+                total = builder.load(row_sums[0])
+                for other in row_sums[1:]:
+                    total = builder.fadd(total, builder.load(other))
                 value = builder.extract_element(total, ir.Constant(_I32, 0))
                 for lane in range(1, _LANES):
                     value = builder.fadd(value,
@@ -315,8 +333,8 @@ def _dot_kernel(shift: int, rows: int) -> Any:
     return dot
 
 
-_dot16 = _dot_kernel(4, 1)
-_dot32 = _dot_kernel(5, 1)
+_dot16 = _dot_kernel(4, 1, _ONE_ROW_WAYS)
+_dot32 = _dot_kernel(5, 1, _ONE_ROW_WAYS)
 _dot16x4 = _dot_kernel(4, 4)
 _dot32x4 = _dot_kernel(5, 4)
 
