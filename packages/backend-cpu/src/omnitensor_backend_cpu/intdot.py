@@ -229,8 +229,7 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
-            def pair(first: Any, spreads: list[Any], plane: Any = None, bit: int = 0,
-                     way: int = 0) -> None:
+            def pair(first: Any, spreads: list[Any], plane: Any = None, bit: int = 0) -> None:
                 # 4-bit blocks `first` and `first + 1` (one 32-byte load) against x in the
                 # layout `interleave_pairs` gave it; `spreads` holds each row's two block scales
                 # as (s0 x 4, s1 x 4). With a `plane` (16 lanes of the line's fifth bits), each
@@ -251,7 +250,7 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                     wide_quants = [builder.sext(builder.sub(
                         q, _lane_sixteens(builder, plane, bit + part)), i32x16)
                         for part, q in enumerate(quants)]
-                for x_row, acc, scale in zip(x_rows, accs(way), spreads, strict=True):
+                for x_row, acc, scale in zip(x_rows, accs(0), spreads, strict=True):
                     s = None
                     for part, qw in enumerate(wide_quants):
                         x = builder.load(builder.bitcast(
@@ -299,7 +298,7 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                     for u in range(0, per_line, 2):
                         pair(builder.add(first, ir.Constant(first.type, u)),
                              [spread(p, [u] * 4 + [u + 1] * 4) for p in products], plane,
-                             2 * u, u // 2)
+                             2 * u)
                 else:
                     for u in range(per_line):
                         block(builder.add(first, ir.Constant(first.type, u)), False,
