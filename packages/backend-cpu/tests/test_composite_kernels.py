@@ -242,3 +242,22 @@ def test_attention_prefill_into_a_larger_cache() -> None:
                    kv_length=20, causal=True)
     keep = np.tril(np.ones((20, 64), bool))
     assert _rel(out, _attention(q, cache_k, cache_v, 0.25, keep)) < 1e-6
+
+
+@pytest.mark.parametrize("t_len", [37, 64, 65])
+def test_causal_prompts_run_per_row_up_to_64_rows(t_len: int) -> None:
+    # a prompt into a 128-slot cache, 14 query heads on 2 kv heads of 64: per query row up to
+    # 64 rows (the keys past each row's position skipped), as products from 65
+    rng = np.random.default_rng(8)
+    q = rng.normal(size=(1, 14, t_len, 64)).astype(np.float32)
+    cache_k = rng.normal(size=(1, 2, 128, 64)).astype(np.float32)
+    cache_v = rng.normal(size=(1, 2, 128, 64)).astype(np.float32)
+    assert attention._by_products(q, cache_k, causal=True) == (t_len > 64)
+    assert attention._by_products(q, cache_k, causal=False)  # (an encoder's rows)
+    out = np.empty_like(q)
+    attention.sdpa(q, cache_k, cache_v, out, scale=0.125, q_positions=np.arange(t_len),
+                   kv_length=t_len, causal=True)
+    keep = np.tril(np.ones((t_len, 128), bool))
+    assert _rel(out, _attention(q, cache_k, cache_v, 0.125, keep)) < 1e-6
+    # small tasks (one head of 32 per kv head, many sequences) stay products
+    assert attention._by_products(q[:, :2, :, :32], cache_k[:, :2, :, :32], causal=True)
