@@ -51,6 +51,7 @@ def test_second_process_loads_kernels_from_the_cache(tmp_path: Path) -> None:
     assert cold["misses"] == 1 and cold["hits"] == 0
     warm = _run(env)
     assert warm["hits"] == 1 and warm["misses"] == 0  # loaded, not compiled again
-    # what the CLI reports as compile time: numba's compiles, not its cache loads
-    assert 0 < cold["compile"] <= cold["s"] and warm["compile"] < cold["compile"] / 2
+    # what the CLI reports as compile time: numba's compiles and its cache loads (the first
+    # load in a process, numba's code generator included, 0.55-0.67 s against 1.4-1.7 s)
+    assert 0 < cold["compile"] <= cold["s"] and 0 < warm["compile"] < cold["compile"]
     assert len(list((tmp_path / "omnitensor-cpu-kernels").glob("k_*.py"))) == 1
