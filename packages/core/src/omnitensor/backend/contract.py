@@ -188,9 +188,11 @@ class Backend(abc.ABC):
         """Seconds this backend has spent so far compiling kernels it compiles on first use.
 
         A backend whose kernels compile inside `run` (the first run of an executable) counts
-        that time here; callers subtract it from run times and report it as compile time
-        (`omnitensor generate`'s "compile", `tensor.realize.stats.compile_seconds`). A
-        backend that compiles everything in `compile` keeps the default, 0.0.
+        that time here, and the time it spends loading such kernels from an on-disk cache
+        (the cpu backend: both, as the time numba holds its compiler lock); callers subtract
+        it from run times and report it as compile time (`omnitensor generate`'s "compile",
+        `tensor.realize.stats.compile_seconds`). A backend that compiles everything in
+        `compile` keeps the default, 0.0.
         """
         return 0.0
 
