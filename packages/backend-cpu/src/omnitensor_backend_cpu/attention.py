@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -28,7 +29,7 @@ from .irblocks import LANES
 from .mathlib import softmax_weight32f, tanh32f
 from .rowops import _softmax_row32
 
-__all__ = ["rotary", "sdpa"]
+__all__ = ["prepare_rotary", "rotary", "sdpa"]
 
 Array = np.ndarray[Any, Any]
 
@@ -462,14 +463,20 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         softcap: > 0: the scaled scores become ``softcap * tanh(scores / softcap)`` before the
             mask is added (Gemma 2's logit soft-capping).
     """
+    # NOTE: a decode step calls this 24-40 times a token around a kernel of a few
+    # microseconds, so the common path does no more Python than it needs (no pool call, one
+    # conversion per operand); each microsecond here costs ~3 in sequence, after a product's
+    # weight stream has left this code cold.
     n_b, n_h, t_len, _ = q.shape
     s_len = k.shape[2]
     if out.size == 0:
         return
     shape = (n_b, n_h, t_len, s_len)
-    bool_mask = mask is not None and np.asarray(mask).dtype == np.bool_
-    if bool_mask and np.asarray(mask).all():  # (one sequence's key mask: nothing to read)
-        mask, bool_mask = None, False
+    if mask is not None:
+        mask = np.asarray(mask)
+    bool_mask = mask is not None and mask.dtype == np.bool_
+    if mask is not None and bool_mask and mask.all():  # (one sequence's key mask: nothing
+        mask, bool_mask = None, False                   # to read)
     add, has_add = _full(None if bool_mask else mask, shape, q.dtype)
     keep, has_keep = _full(mask if bool_mask else None, shape, np.bool_)
     if q_positions is None:
@@ -477,7 +484,7 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     else:
         qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
     kvlen = -1 if kv_length is None else max(int(kv_length), 0)
-    if out.flags.c_contiguous and _by_products(q, k, causal):
+    if t_len >= GEMM_MIN_QUERIES and out.flags.c_contiguous and _by_products(q, k, causal):
         if 0 < kvlen < s_len and not (has_add or has_keep) and (not causal or qpos.min() >= 0):
             # NOTE: a prefill into a cache of larger capacity: the keys from kv_length on weigh
             # exactly 0 in every row (each row keeps key 0), so the products skip them
@@ -495,8 +502,11 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
     # float32: one task per (batch entry, kv head, query row), its kv head's query heads cut
     # into chunks when there are fewer such tasks than threads
     groups = n_b * k.shape[1] * t_len
+    if work >> 1 < pool.MIN_SPLIT:  # (decode at a short context: no closure, no pool)
+        _sdpa32(*args, 1, 0, groups)
+        return
     parts = pool.parts(groups * (n_h // k.shape[1]), work >> 1)
-    if parts == 1:  # (decode at a short context: no closure, no pool)
+    if parts == 1:
         _sdpa32(*args, 1, 0, groups)
         return
     chunks = min(n_h // k.shape[1], -(-parts // groups))
@@ -553,8 +563,18 @@ def rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved: bool = 
     Halves rotate as ``(x1 cos - x2 sin, x2 cos + x1 sin)``; `interleaved` pairs neighbours
     (x[2j], x[2j+1]) instead of the two halves.
     """
+    call, _ = prepare_rotary(x, cos, sin, out, interleaved=interleaved)
+    call()
+
+
+def prepare_rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved: bool = False
+                   ) -> tuple[Callable[[], None], bool]:
+    """`rotary`'s kernel call on these arrays, and whether it may be called again.
+
+    Reusable when no operand was copied (see `rowops.prepare_norm`).
+    """
     if x.size == 0:
-        return
+        return _nothing, True
     d = x.shape[-1]
     half_shape = (*x.shape[:-1], d // 2)
     rows = x.size // d
@@ -563,5 +583,11 @@ def rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved: bool = 
     if period_s != period:  # tables broadcast differently: give both the full shape
         c, period = _table(np.broadcast_to(cos, half_shape).copy(), half_shape, x.dtype)
         s, _ = _table(np.broadcast_to(sin, half_shape).copy(), half_shape, x.dtype)
-    _rotary(np.ascontiguousarray(x).reshape(rows, d), c, s, period, interleaved,
-            out.reshape(rows, d))
+    reusable = (x.flags.c_contiguous and np.may_share_memory(c, cos)
+                and np.may_share_memory(s, sin))
+    return functools.partial(_rotary, np.ascontiguousarray(x).reshape(rows, d), c, s, period,
+                             interleaved, out.reshape(rows, d)), reusable
+
+
+def _nothing() -> None:
+    pass

@@ -41,3 +41,6 @@ class Draft:
     owned: list[Owned] = field(default_factory=list)
     kind: str = "ref"
     label: str = ""
+    #: the reads whose memory the results may view (None: any of them); an in-place cache
+    #: update's result is its cache, never the row it copies in
+    viewed: list[int] | None = None

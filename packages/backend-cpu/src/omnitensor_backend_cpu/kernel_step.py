@@ -3,10 +3,20 @@
 The kernel writes the instruction's single result into the buffer the memory planner gives it.
 Small instances (fewer result elements than `codegen.min_elements`) run the instruction's
 reference kernel instead (for a composite, its decomposition; see `tier`).
+
+A kernel is prepared for its arrays (views made, the compiled function and its split chosen)
+and the prepared call is kept while the step sees the same array objects again: a plan's
+arena buffers and the views of them are the same objects run after run, so a decode step's
+norms, rotary embeddings and activations skip their Python wrappers. Measured on the 0.5B
+Q8_0 decode (in one process, alternating): the wrappers of its 145 composite steps cost 2.2 ms
+of a 41 ms token, ~15 us a step in sequence against ~4 us warm (the weight stream in between
+leaves their code and data cold).
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 
 from omnitensor.ir.program import Instruction
@@ -16,11 +26,18 @@ from . import codegen
 from .drafts import Array, Draft, Owned, Slots, Step
 from .tier import reference_runner
 
-__all__ = ["Kernel", "kernel_draft"]
+__all__ = ["Kernel", "kernel_draft", "once"]
 
-#: ``kernel(operands, out)``: operands in the order of `kernel_draft`'s `reads` (None where an
-#: optional operand is absent), `out` the result buffer (C-contiguous) to write.
-Kernel = Callable[[list[Array | None], Array], None]
+#: ``kernel(operands, out) -> (call, reusable)``: the kernel's call on operands in the order of
+#: `kernel_draft`'s `reads` (None where an optional operand is absent) into `out`, the result
+#: buffer (C-contiguous), and whether the call may run again for the same array objects (it
+#: holds views of them only, no copies).
+Kernel = Callable[[list[Array | None], Array], tuple[Callable[[], None], bool]]
+
+
+def once(run: Callable[[list[Array | None], Array], None]) -> Kernel:
+    """A `Kernel` of `run(operands, out)`, prepared again at every call (never reused)."""
+    return lambda args, out: (functools.partial(run, args, out), False)
 
 
 def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
@@ -54,12 +71,27 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         get = getters[out]
 
         def compiled() -> Step:
-            run = kernel()
+            prepare = kernel()
+            # (buffer, operands, call) of the last reusable preparation, one tuple so that
+            # concurrent runs (each with its own arena) read a consistent one
+            kept: tuple[Array | None, list[Array | None], Callable[[], None]] = (None, [], _none)
+            # NOTE: an escaping result's buffer is fresh per run: keeping it would only hold
+            # the last run's output alive
+            keep = not getattr(get, "fresh", False)
 
             def step(slots: Slots) -> None:
+                nonlocal kept
                 buffer = get(slots)
                 if buffer.size:
-                    run([None if i is None else slots[i] for i in ids], buffer)
+                    args = [None if i is None else slots[i] for i in ids]
+                    held, operands, call = kept
+                    if held is buffer and all(map(operator.is_, args, operands)):
+                        call()
+                    else:
+                        call, reusable = prepare(args, buffer)
+                        call()
+                        if reusable and keep:
+                            kept = (buffer, args, call)
                 slots[out] = buffer
 
             return step
@@ -69,3 +101,7 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         return compiled()
 
     return Draft([i for i in ids if i is not None], [out], make, owned, "ref" if small else kind)
+
+
+def _none() -> None:
+    pass

@@ -31,7 +31,7 @@ from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
 from .drafts import Array, Draft
-from .kernel_step import Kernel, kernel_draft
+from .kernel_step import Kernel, kernel_draft, once
 from .steps import dot_step, qmatmul_step, reference_step, sum_step, update_step
 
 __all__ = ["LOWERINGS", "Lower", "lower"]
@@ -65,7 +65,7 @@ _SYNCED: list[int] = [-1]
 
 
 def _reference(ctx: Lower, view: OpView) -> Draft:
-    return reference_step(view.inst)
+    return reference_step(view.inst, ctx.step)
 
 
 def sync() -> None:
@@ -86,7 +86,7 @@ def lower(ctx: Lower, inst: Instruction) -> Draft:
     """The plan step of `inst` from its table entry (the reference step when that declines)."""
     sync()
     draft: Draft | None = LOWERINGS.lookup(inst)(ctx, all_ops()[inst.op].view(inst))
-    return draft if draft is not None else reference_step(inst)
+    return draft if draft is not None else reference_step(inst, ctx.step)
 
 
 # --- primitives with steps of their own ---------------------------------------------------------
@@ -169,19 +169,27 @@ def _row_lowering(kind: str) -> Callable[[Lower, OpView], Draft | None]:
         def kernel() -> Kernel:
             from . import rowops
 
+            if kind.endswith("norm"):
+                centre = kind == "layer_norm"
+
+                def prepare(args: list[Array | None], out: Array
+                            ) -> tuple[Callable[[], None], bool]:
+                    x = args[0]
+                    assert x is not None
+                    return rowops.prepare_norm(x, args[1], args[2] if centre else None, out,
+                                               eps, centre, axes or 1)
+
+                return prepare
+
             def run(args: list[Array | None], out: Array) -> None:
                 x = args[0]
                 assert x is not None
                 if kind == "softmax":
                     rowops.softmax(x, out)
-                elif kind == "log_softmax":
-                    rowops.log_softmax(x, out)
-                elif kind == "rms_norm":
-                    rowops.rms_norm(x, args[1], out, eps, axes=axes or 1)
                 else:
-                    rowops.layer_norm(x, args[1], args[2], out, eps, axes=axes or 1)
+                    rowops.log_softmax(x, out)
 
-            return run
+            return once(run)
 
         return kernel_draft(inst, ctx.step, ids, kernel, "rows", large=ctx.large)
 
@@ -212,7 +220,7 @@ def _cross_entropy(ctx: Lower, view: OpView) -> Draft | None:
             rowops.cross_entropy(logits, classes, out, ignore_index=ignore,
                                  label_smoothing=smoothing)
 
-        return run
+        return once(run)
 
     width = getattr(x.type, "size", 0)
     return kernel_draft(inst, ctx.step, [x.id, target.id], kernel, "rows", work=width,
@@ -243,12 +251,13 @@ def _activation_lowering(name: str) -> Callable[[Lower, OpView], Draft | None]:
             mode = (pointwise.SILU if silu else
                     pointwise.GELU_TANH if approximate == "tanh" else pointwise.GELU_ERF)
 
-            def run(args: list[Array | None], out: Array) -> None:
+            def prepare(args: list[Array | None], out: Array
+                        ) -> tuple[Callable[[], None], bool]:
                 x = args[0]
                 assert x is not None
-                pointwise.activation(x, out, mode, args[1] if gated else None)
+                return pointwise.prepare_activation(x, out, mode, args[1] if gated else None)
 
-            return run
+            return prepare
 
         return kernel_draft(inst, ctx.step, [v.id for v in operands], kernel, "act",
                             large=ctx.large)
@@ -283,12 +292,12 @@ def _rotary(ctx: Lower, view: OpView) -> Draft | None:
     def kernel() -> Kernel:
         from . import attention
 
-        def run(args: list[Array | None], out: Array) -> None:
+        def prepare(args: list[Array | None], out: Array) -> tuple[Callable[[], None], bool]:
             a, c, s = args
             assert a is not None and c is not None and s is not None
-            attention.rotary(a, c, s, out, interleaved=interleaved)
+            return attention.prepare_rotary(a, c, s, out, interleaved=interleaved)
 
-        return run
+        return prepare
 
     return kernel_draft(inst, ctx.step, [x.id, cos.id, sin.id], kernel, "rotary", large=ctx.large)
 
@@ -332,7 +341,8 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
                            kv_length=None if n is None else int(n), causal=causal,
                            softcap=softcap)
 
-        return run
+        # NOTE: never reused: what runs depends on the mask's and the positions' values
+        return once(run)
 
     qt, kt = (t for t in types[:2] if isinstance(t, TensorType))
     scores = math.prod(qt.shape[:3]) * kt.shape[2]  # (B, Hq, T, S)

@@ -410,7 +410,8 @@ def _assign_buffers(function: Function, drafts: list[Draft], template: list[Any]
         for o in draft.owned:
             owned_by_value[o.value] = o
         # a step's other results may be views of its own buffers too (the joined products)
-        carried = frozenset().union(*(aliases.get(r, frozenset()) for r in draft.reads),
+        viewed = draft.reads if draft.viewed is None else draft.viewed
+        carried = frozenset().union(*(aliases.get(r, frozenset()) for r in viewed),
                                     (o.value for o in draft.owned))
         for w in draft.writes:
             aliases[w] = frozenset({w}) if w in owned_by_value else carried
@@ -479,6 +480,8 @@ class _OutputPool:
     """
 
     _KEEP: Final = 2
+    #: its buffers differ from run to run (steps keep nothing prepared for them)
+    fresh: Final = True
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
         self.shape, self.dtype = shape, dtype

@@ -8,6 +8,8 @@ model compiles only the activation it uses), one for every float64 mode.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -81,6 +83,17 @@ def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None
         mode: `GELU_ERF`, `GELU_TANH` or `SILU`.
         up: the other half of a gated unit, `x`'s shape, or None.
     """
+    call, _ = prepare_activation(x, out, mode, up)
+    call()
+
+
+def prepare_activation(x: Array, out: Array, mode: int, up: Array | None = None
+                       ) -> tuple[Callable[[], None], bool]:
+    """`activation`'s kernel call on these arrays, and whether it may be called again.
+
+    Reusable when no operand was copied (see `rowops.prepare_norm`).
+    """
+    reusable = x.flags.c_contiguous and (up is None or up.flags.c_contiguous)
     flat_x = np.ascontiguousarray(x).reshape(-1)
     flat_up = flat_x if up is None else np.ascontiguousarray(up).reshape(-1)
     flat_out = out.reshape(-1)
@@ -92,8 +105,7 @@ def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None
         def kernel(a: Array, b: Array, c: Array, g: bool) -> None:
             _act64_all(a, b, c, g, mode)
 
-    if flat_x.size < pool.MIN_SPLIT:  # (a decode step's (1, 4864): no split, no closure)
-        kernel(flat_x, flat_up, flat_out, gated)
-        return
-    pool.parallel_for(flat_x.size, lambda lo, hi: kernel(
-        flat_x[lo:hi], flat_up[lo:hi], flat_out[lo:hi], gated), grain=64)
+    if flat_x.size < pool.MIN_SPLIT:  # (a decode step's (1, 4864): no split)
+        return functools.partial(kernel, flat_x, flat_up, flat_out, gated), reusable
+    return functools.partial(pool.parallel_for, flat_x.size, lambda lo, hi: kernel(
+        flat_x[lo:hi], flat_up[lo:hi], flat_out[lo:hi], gated), grain=64), reusable

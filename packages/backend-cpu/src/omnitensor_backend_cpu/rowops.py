@@ -11,7 +11,9 @@ Large calls are split into blocks of rows run on `pool`'s threads.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -20,7 +22,7 @@ from . import pool
 from ._compat import jit
 from .mathlib import softmax_weight32f
 
-__all__ = ["cross_entropy", "layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["cross_entropy", "layer_norm", "log_softmax", "prepare_norm", "rms_norm", "softmax"]
 
 Array = np.ndarray[Any, Any]
 
@@ -217,9 +219,22 @@ _NORM_ELEMENTS_PER_UNIT: Final = 5
 
 def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,
           centre: bool, axes: int) -> None:
+    call, _ = prepare_norm(x, weight, bias, out, eps, centre, axes)
+    call()
+
+
+def prepare_norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: float,
+                 centre: bool, axes: int) -> tuple[Callable[[], None], bool]:
+    """A layer or RMS norm's kernel call on these arrays, and whether it may be called again.
+
+    Reusable when every array it reads is a view of the one given (no copy was made): the same
+    arrays later give the same call, whatever they hold then (`kernel_step` keeps it).
+    """
     if x.size == 0:
-        return
+        return _nothing, True
     cols = math.prod(x.shape[x.ndim - axes:])
+    reusable = x.flags.c_contiguous and all(
+        v is None or (v.dtype == x.dtype and v.flags.c_contiguous) for v in (weight, bias))
     xs = _rows(x, cols)
     dst = out.reshape(xs.shape)
     flags = (weight is not None) | (bias is not None) << 1
@@ -227,12 +242,14 @@ def _norm(x: Array, weight: Array | None, bias: Array | None, out: Array, eps: f
     b = _vector(bias, x.dtype, cols) if bias is not None else xs[0]
     kernel = _norm32 if x.dtype == np.float32 else _norm64
     work = xs.size // _NORM_ELEMENTS_PER_UNIT
-    if work < pool.MIN_SPLIT:  # (a decode step's (1, 896): no split, no closure)
-        kernel(xs, w, b, dst, centre, flags, eps)
-        return
-    pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], w, b, dst[lo:hi], centre,
-                                                         flags, eps), work=work)
+    if work < pool.MIN_SPLIT:  # (a decode step's (1, 896): no split)
+        return functools.partial(kernel, xs, w, b, dst, centre, flags, eps), reusable
+    return functools.partial(pool.parallel_for, xs.shape[0], lambda lo, hi: kernel(
+        xs[lo:hi], w, b, dst[lo:hi], centre, flags, eps), work=work), reusable
 
+
+def _nothing() -> None:
+    pass
 
 
 def _vector(values: Array, dtype: Any, cols: int) -> Array:

@@ -36,47 +36,17 @@ _FEWROWS_MIN_ROWS: Final = 8
 _FEWROWS_MIN_FLOPS: Final = 1 << 21
 
 
-#: Same-dtype arithmetic whose reference kernel is this numpy ufunc on every dtype but the
+#: Same-dtype elementwise ops whose reference kernel is this numpy ufunc on every dtype but the
 #: 16-bit floats (which the reference computes in float32 and rounds once).
 _UFUNCS: Final = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
-                  "min": np.minimum}
+                  "min": np.minimum, "neg": np.negative, "abs": np.abs, "exp": np.exp,
+                  "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
 
 
-def _direct_step(inst: Instruction) -> Step | None:
-    """A view or an arithmetic op as one numpy call, without the reference kernel's wrapping.
-
-    A decode step runs some 250 of these on tiny arrays (a reshape of (1, 1, 896), the
-    residual add), where the wrapping cost 5-10 us a step against 1-3 here.
-    """
-    reads = [v.id for v in inst.operands]
-    out = inst.results[0].id
-    if inst.op == "reshape":
-        (x,), shape = reads, tuple(inst.attrs["shape"])
-
-        def reshape(slots: Slots) -> None:
-            slots[out] = slots[x].reshape(shape)
-
-        return reshape
-    if inst.op == "transpose":
-        (x,), perm = reads, tuple(inst.attrs["perm"])
-
-        def transpose(slots: Slots) -> None:
-            slots[out] = slots[x].transpose(perm)
-
-        return transpose
-    if inst.op == "slice":  # q, k and v of a joined product; gate and up
-        (x,), attrs = reads, inst.attrs
-        index = tuple(slice(a, b, s) for a, b, s in zip(attrs["start"], attrs["limit"],
-                                                        attrs["stride"], strict=True))
-
-        def basic_slice(slots: Slots) -> None:
-            slots[out] = slots[x][index]
-
-        return basic_slice
-    if inst.op == "broadcast_in_dim":
-        return _broadcast_step(inst)
+def _ufunc_of(inst: Instruction) -> Any:
+    """The numpy ufunc computing `inst` exactly as its reference kernel, or None."""
     ufunc = _UFUNCS.get(inst.op)
-    if ufunc is None:
+    if ufunc is None or ufunc.nin != len(inst.operands):
         return None
     types = {v.type for v in (*inst.operands, *inst.results)}
     if len(types) != 1:
@@ -85,21 +55,103 @@ def _direct_step(inst: Instruction) -> Step | None:
     if (not isinstance(only, TensorType) or not only.shape  # (numpy returns 0-d as scalars)
             or only.dtype.bits == 16 and only.dtype.is_floating):
         return None
-    lhs, rhs = reads
-
-    def binary(slots: Slots) -> None:
-        slots[out] = ufunc(slots[lhs], slots[rhs])
-
-    return binary
+    return ufunc
 
 
-def _broadcast_step(inst: Instruction) -> Step:
+def _ufunc_step(inst: Instruction, ufunc: Any, index: int) -> Draft:
+    """A same-type elementwise op as one numpy call into the buffer the planner gives it.
+
+    A decode step runs ~50 of these on tiny arrays (the residual adds), where the reference
+    kernel's wrapping cost 5-10 us a step against 1-3 here; its own buffer, the same array
+    every run, lets the step reading it keep its prepared kernel call (`kernel_step`).
+    """
+    reads = [v.id for v in inst.operands]
+    result = inst.results[0]
+    out = result.id
+    assert isinstance(result.type, TensorType)
+    owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[out]
+        if len(reads) == 1:
+            (x,) = reads
+
+            def unary(slots: Slots) -> None:
+                slots[out] = ufunc(slots[x], out=get(slots))
+
+            return unary
+        lhs, rhs = reads
+
+        def binary(slots: Slots) -> None:
+            slots[out] = ufunc(slots[lhs], slots[rhs], out=get(slots))
+
+        return binary
+
+    return Draft(reads, [out], make, owned)
+
+
+_VIEWS: Final = frozenset({"reshape", "transpose", "slice", "broadcast_in_dim"})
+
+
+def _view_step(inst: Instruction) -> Step | None:
+    """A view (reshape, transpose, basic slice, broadcast) as one numpy call, or None.
+
+    The view is made again only when its operand is another array object than the last run's:
+    a plan's arena buffers, and views of them, are the same objects run after run, so the
+    steps reading them see the same arrays too (`kernel_step` keeps their prepared calls). A
+    reshape numpy had to copy (a strided operand) is made at every run.
+    """
+    if inst.op not in _VIEWS:
+        return None
+    (x,), out = [v.id for v in inst.operands], inst.results[0].id
+    make_view: Callable[[Array], Array]
+    if inst.op == "reshape":
+        shape = tuple(inst.attrs["shape"])
+
+        def make_view(value: Array) -> Array:
+            return value.reshape(shape)
+    elif inst.op == "transpose":
+        perm = tuple(inst.attrs["perm"])
+
+        def make_view(value: Array) -> Array:
+            return value.transpose(perm)
+    elif inst.op == "slice":  # q, k and v of a joined product; gate and up
+        attrs = inst.attrs
+        index = tuple(slice(a, b, s) for a, b, s in zip(attrs["start"], attrs["limit"],
+                                                        attrs["stride"], strict=True))
+
+        def make_view(value: Array) -> Array:
+            return value[index]
+    else:
+        make_view = _broadcast_view(inst)
+    # (operand, view) of the last run, one tuple: concurrent runs read a consistent pair
+    last: tuple[Any, Any] = (None, None)
+
+    def view(slots: Slots) -> None:
+        nonlocal last
+        value = slots[x]
+        source, made = last
+        if source is not value:
+            made = make_view(value)
+            if _same_memory(made, value):
+                last = (value, made)
+        slots[out] = made
+
+    return view
+
+
+def _same_memory(view: Array, value: Array) -> bool:
+    """Whether `view` is a view of `value`'s memory (numpy points a view at the owner)."""
+    owner = view.base
+    return owner is not None and (owner is value or owner is value.base)
+
+
+def _broadcast_view(inst: Instruction) -> Callable[[Array], Array]:
     """`broadcast_in_dim` as a read-only view made by the array constructor.
 
     ``np.broadcast_to`` (the reference) took 8 us a call against 2 us here; a char-gpt training
     step makes ~80 of these views. A strided operand takes the reference.
     """
-    (x,), out = [v.id for v in inst.operands], inst.results[0].id
     shape, dims = tuple(inst.attrs["shape"]), tuple(inst.attrs["dims"])
     operand = inst.operands[0].type
     assert isinstance(operand, TensorType)
@@ -107,24 +159,29 @@ def _broadcast_step(inst: Instruction) -> Step:
     kept = [(i, d) for i, d in enumerate(dims) if operand.shape[i] == shape[d] != 1]
     reference = get_op("broadcast_in_dim").reference
 
-    def broadcast(slots: Slots) -> None:
-        value = slots[x]
+    def broadcast(value: Array) -> Array:
         if not (value.flags.c_contiguous and value.size):
-            slots[out] = reference(value, shape=shape, dims=dims)
-            return
+            return np.asarray(reference(value, shape=shape, dims=dims))
         strides = [0] * len(shape)
         for i, d in kept:
             strides[d] = value.strides[i]
         view = np.ndarray(shape, value.dtype, value, 0, tuple(strides))
         view.flags.writeable = False
-        slots[out] = view
+        return view
 
     return broadcast
 
 
-def reference_step(inst: Instruction) -> Draft:
-    """`inst` run by its reference kernel (numpy; a composite's decomposition, inlined once)."""
+def reference_step(inst: Instruction, index: int = -1) -> Draft:
+    """`inst` run by its reference kernel (numpy; a composite's decomposition, inlined once).
+
+    Views and same-type elementwise ufuncs run as one numpy call (the latter into a buffer of
+    the plan's, step `index`).
+    """
     opdef = get_op(inst.op)
+    ufunc = _ufunc_of(inst) if index >= 0 else None
+    if ufunc is not None:
+        return _ufunc_step(inst, ufunc, index)
     kernel, attrs = opdef.reference, dict(inst.attrs)
     reads = [v.id for v in inst.operands]
     writes = [v.id for v in inst.results]
@@ -144,7 +201,7 @@ def reference_step(inst: Instruction) -> Draft:
         return Draft(reads, writes, make_inlined)
 
     def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
-        direct = _direct_step(inst)
+        direct = _view_step(inst)
         if direct is not None:
             return direct
         if len(writes) == 1 and not variadic:
@@ -400,14 +457,21 @@ def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str, index: i
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[outs[0]]
+        # (buffer, its parts) of the last run: the same views while the buffer is the same
+        last: tuple[Any, list[Array]] = (None, [])
 
         def step(slots: Slots) -> None:
+            nonlocal last
             packed = quant.joined_for([slots[w] for w in weights], fmt, shapes)
             result = get(slots)
             quant.qmatmul(np.ascontiguousarray(slots[x]).reshape(m, k), packed, result)
-            for out, lo, hi, shape in zip(outs, bounds[:-1], bounds[1:], out_shapes,
-                                          strict=True):
-                slots[out] = result[:, lo:hi].reshape(shape)
+            held, parts = last
+            if held is not result:
+                parts = [result[:, lo:hi].reshape(shape) for lo, hi, shape in
+                         zip(bounds[:-1], bounds[1:], out_shapes, strict=True)]
+                last = (result, parts)
+            for out, part in zip(outs, parts, strict=True):
+                slots[out] = part
 
         return step
 
@@ -454,7 +518,7 @@ def update_step(inst: Instruction, function: Function, idx: int) -> Draft | None
 
         return step
 
-    return Draft([operand, update, *starts], [out], make, [], "inplace")
+    return Draft([operand, update, *starts], [out], make, [], "inplace", viewed=[operand])
 
 
 def _writable(array: Array) -> bool:
