@@ -27,6 +27,7 @@ from . import attnblocks, pool, threads
 from ._compat import jit, prange
 from .irblocks import LANES
 from .mathlib import softmax_weight32f, tanh32f
+from .prepared import nothing
 from .rowops import _softmax_row32
 
 __all__ = ["prepare_rotary", "rotary", "sdpa"]
@@ -574,7 +575,7 @@ def prepare_rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved:
     Reusable when no operand was copied (see `rowops.prepare_norm`).
     """
     if x.size == 0:
-        return _nothing, True
+        return nothing, True
     d = x.shape[-1]
     half_shape = (*x.shape[:-1], d // 2)
     rows = x.size // d
@@ -588,6 +589,3 @@ def prepare_rotary(x: Array, cos: Array, sin: Array, out: Array, *, interleaved:
     return functools.partial(_rotary, np.ascontiguousarray(x).reshape(rows, d), c, s, period,
                              interleaved, out.reshape(rows, d)), reusable
 
-
-def _nothing() -> None:
-    pass

@@ -17,6 +17,8 @@ int32 scalars as int64, and 64-bit lanes never become ``vpmaddwd``; the IR is ta
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -642,6 +644,16 @@ def run(x: Array, qs: Array, d: Array | tuple[Array, Array], mins: Array | tuple
     Returns:
         False, with nothing written, when x holds a NaN or an infinity.
     """
+    return bool(prepare(x, qs, d, mins, out, shift, highs)())
+
+
+def prepare(x: Array, qs: Array, d: Array | tuple[Array, Array],
+            mins: Array | tuple[Array, Array], out: Array, shift: int,
+            highs: Array | None = None) -> Callable[[], bool]:
+    """`run`'s compiled call on these arrays (C-contiguous x), made once.
+
+    The call returns False, with nothing written, when x holds a NaN or an infinity.
+    """
     n, k = qs.shape[0], x.shape[1]
     if highs is not None and (k % 128 or highs.shape != (n, k // 8) or shift != 5):
         raise ValueError(f"5-bit weights need K a multiple of 128 and a plane of (N, K / 8) "
@@ -650,8 +662,8 @@ def run(x: Array, qs: Array, d: Array | tuple[Array, Array], mins: Array | tuple
     offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
     if shift == 4:
         if parts > 1:
-            return bool(_product16_split(x, qs, d, mins, out, parts, offsets))
-        return bool(_product16(x, qs, d, mins, out, offsets))
+            return functools.partial(_product16_split, x, qs, d, mins, out, parts, offsets)
+        return functools.partial(_product16, x, qs, d, mins, out, offsets)
     if parts > 1:
-        return bool(_product32_split(x, qs, d, mins, out, parts, highs, offsets))
-    return bool(_product32(x, qs, d, mins, out, highs, offsets))
+        return functools.partial(_product32_split, x, qs, d, mins, out, parts, highs, offsets)
+    return functools.partial(_product32, x, qs, d, mins, out, highs, offsets)

@@ -5,18 +5,13 @@ Small instances (fewer result elements than `codegen.min_elements`) run the inst
 reference kernel instead (for a composite, its decomposition; see `tier`).
 
 A kernel is prepared for its arrays (views made, the compiled function and its split chosen)
-and the prepared call is kept while the step sees the same array objects again: a plan's
-arena buffers and the views of them are the same objects run after run, so a decode step's
-norms, rotary embeddings and activations skip their Python wrappers. Measured on the 0.5B
-Q8_0 decode (in one process, alternating): the wrappers of its 145 composite steps cost 2.2 ms
-of a 41 ms token, ~15 us a step in sequence against ~4 us warm (the weight stream in between
-leaves their code and data cold).
+and the prepared call kept while the step sees the same array objects (`prepared`): a decode
+step's norms, rotary embeddings and activations skip their Python wrappers.
 """
 
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable, Sequence
 
 from omnitensor.ir.program import Instruction
@@ -24,6 +19,7 @@ from omnitensor.ir.types import TensorType
 
 from . import codegen
 from .drafts import Array, Draft, Owned, Slots, Step
+from .prepared import Kept
 from .tier import reference_runner
 
 __all__ = ["Kernel", "kernel_draft", "once"]
@@ -72,26 +68,25 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
 
         def compiled() -> Step:
             prepare = kernel()
-            # (buffer, operands, call) of the last reusable preparation, one tuple so that
-            # concurrent runs (each with its own arena) read a consistent one
-            kept: tuple[Array | None, list[Array | None], Callable[[], None]] = (None, [], _none)
-            # NOTE: an escaping result's buffer is fresh per run: keeping it would only hold
-            # the last run's output alive
-            keep = not getattr(get, "fresh", False)
+            kept = Kept()
+            # NOTE: an escaping result's buffer is fresh per run: keeping a call for it would
+            # only hold the last run's output alive
+            fresh = getattr(get, "fresh", False)
+
+            def prepare_all(arrays: Sequence[Array | None]) -> tuple[Callable[[], None], bool]:
+                *args, buffer = arrays
+                assert buffer is not None
+                return prepare(args, buffer)
 
             def step(slots: Slots) -> None:
-                nonlocal kept
                 buffer = get(slots)
                 if buffer.size:
                     args = [None if i is None else slots[i] for i in ids]
-                    held, operands, call = kept
-                    if held is buffer and all(map(operator.is_, args, operands)):
-                        call()
+                    if fresh:
+                        prepare(args, buffer)[0]()
                     else:
-                        call, reusable = prepare(args, buffer)
-                        call()
-                        if reusable and keep:
-                            kept = (buffer, args, call)
+                        args.append(buffer)
+                        kept.run(args, prepare_all)
                 slots[out] = buffer
 
             return step
@@ -102,6 +97,3 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
 
     return Draft([i for i in ids if i is not None], [out], make, owned, "ref" if small else kind)
 
-
-def _none() -> None:
-    pass

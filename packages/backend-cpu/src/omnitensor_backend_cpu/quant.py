@@ -19,8 +19,10 @@ not a dequantized float32.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -31,7 +33,7 @@ from . import dequant, fewrows, fivebit, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
 from .quant_more import MORE_FORMATS, PACKED_FORMATS, pack_more
 
-__all__ = ["FORMATS", "Packed", "joined_for", "pack", "packed_for", "qmatmul"]
+__all__ = ["FORMATS", "Packed", "joined_for", "pack", "packed_for", "prepare_qmatmul", "qmatmul"]
 
 Array = np.ndarray[Any, Any]
 
@@ -437,12 +439,6 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
 # (the product took 40 ms).
 
 
-def _integer(x: Array, packed: Packed, mins: Scales, out: Array) -> bool:
-    """`qmatmul` by integer dot products (`intdot`); False if x is not finite (not run)."""
-    return intdot.run(np.ascontiguousarray(x), packed.stored, packed.d, mins, out, packed.shift,
-                      packed.highs)
-
-
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32.
 
@@ -450,18 +446,29 @@ def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     by integer dot products (`intdot`, within the op's declared NMSE budget); more rows, and
     rows holding a NaN or an infinity, multiply dequantized tiles of the weight by BLAS.
     """
+    prepare_qmatmul(np.ascontiguousarray(x), packed, out)()
+
+
+def prepare_qmatmul(x: Array, packed: Packed, out: Array) -> Callable[[], None]:
+    """`qmatmul`'s call on these arrays (C-contiguous x), made once (see `prepared`)."""
     m_rows = x.shape[0]
     if out.shape != (m_rows, packed.shape[0]) or x.shape[1] != packed.shape[1]:
         # the compiled kernels index without bounds checks: a wrong buffer would be overrun
         raise ValueError(f"qmatmul of x {x.shape} by a weight {packed.shape} into out "
                          f"{out.shape}: shapes do not match")
+    if m_rows >= BLAS_MIN_ROWS or x.dtype != np.float32:
+        return functools.partial(_many_rows, x, packed, out)
     mins = _NO_MINS if packed.mins is None else packed.mins
-    if m_rows < BLAS_MIN_ROWS and x.dtype == np.float32 and _integer(x, packed, mins, out):
-        return
-    # NOTE: also the rows holding a NaN or an infinity, which the integer kernels cannot carry:
-    # dequantized first, as the reference does (through the offsets' sums an infinity would
-    # meet itself, inf - inf = NaN, where the reference gives inf).
-    _many_rows(x, packed, out)
+    integer = intdot.prepare(x, packed.stored, packed.d, mins, out, packed.shift, packed.highs)
+
+    def call() -> None:
+        # NOTE: rows holding a NaN or an infinity, which the integer kernels cannot carry, are
+        # dequantized first, as the reference does (through the offsets' sums an infinity
+        # would meet itself, inf - inf = NaN, where the reference gives inf).
+        if not integer():
+            _many_rows(x, packed, out)
+
+    return call
 
 
 @jit(inline=True)
@@ -546,13 +553,26 @@ def gemv(x: Array, w: Array, out: Array) -> None:
     split over numba's spinning workers (see `pool`). From `fewrows.MIN_ROWS` rows on, the
     products run as `fewrows`' outer-product tiles instead.
     """
+    prepare_gemv(x, w, out)[0]()
+
+
+def prepare_gemv(x: Array, w: Array, out: Array) -> tuple[Callable[[], None], bool]:
+    """`gemv`'s call on these arrays, and whether it may run again (see `prepared`).
+
+    Not with `fewrows`' tiles: they read a transposed copy of x.
+    """
     n, k = w.shape
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
     tiled = x.shape[0] >= fewrows.MIN_ROWS
+    if tiled:
+        def call() -> None:
+            xt = fewrows.transposed(x)
+            if parts > 1:
+                _f32_gemv_split(x, xt, w, out, parts)
+            else:
+                _f32_rows(x, w, out, fewrows.tiles(xt, w, out, 0, n), n)
+
+        return call, True
     if parts > 1:
-        xt = fewrows.transposed(x) if tiled else _NO_TRANSPOSE
-        _f32_gemv_split(x, xt, w, out, parts)
-    elif tiled:
-        _f32_rows(x, w, out, fewrows.tiles(fewrows.transposed(x), w, out, 0, n), n)
-    else:
-        _f32_gemv(x, w, out)
+        return functools.partial(_f32_gemv_split, x, _NO_TRANSPOSE, w, out, parts), True
+    return functools.partial(_f32_gemv, x, w, out), True

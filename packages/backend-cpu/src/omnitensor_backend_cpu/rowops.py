@@ -21,6 +21,7 @@ import numpy as np
 from . import pool
 from ._compat import jit
 from .mathlib import softmax_weight32f
+from .prepared import nothing
 
 __all__ = ["cross_entropy", "layer_norm", "log_softmax", "prepare_norm", "rms_norm", "softmax"]
 
@@ -231,7 +232,7 @@ def prepare_norm(x: Array, weight: Array | None, bias: Array | None, out: Array,
     arrays later give the same call, whatever they hold then (`kernel_step` keeps it).
     """
     if x.size == 0:
-        return _nothing, True
+        return nothing, True
     cols = math.prod(x.shape[x.ndim - axes:])
     reusable = x.flags.c_contiguous and all(
         v is None or (v.dtype == x.dtype and v.flags.c_contiguous) for v in (weight, bias))
@@ -247,9 +248,6 @@ def prepare_norm(x: Array, weight: Array | None, bias: Array | None, out: Array,
     return functools.partial(pool.parallel_for, xs.shape[0], lambda lo, hi: kernel(
         xs[lo:hi], w, b, dst[lo:hi], centre, flags, eps), work=work), reusable
 
-
-def _nothing() -> None:
-    pass
 
 
 def _vector(values: Array, dtype: Any, cols: int) -> Array:

@@ -5,8 +5,9 @@ Reference kernels, BLAS and row-dot products, quantized products, in-place cache
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -19,6 +20,7 @@ from omnitensor.ir.types import TensorType
 
 from . import codegen, threads, tier
 from .drafts import Array, Draft, Owned, Slots, Step
+from .prepared import Kept
 
 __all__ = ["dot_step", "qmatmul_step", "reference_step", "sum_step", "update_step"]
 
@@ -266,14 +268,20 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
         if matvec:
             from . import quant
 
+            kept = Kept()
+
+            def prepare(arrays: Sequence[Array]) -> tuple[Callable[[], None], bool]:
+                x, w, result = arrays
+                if not w.flags.c_contiguous:
+                    return functools.partial(np.matmul, x.reshape(m, k), w.T,
+                                             out=result.reshape(m, n)), False
+                call, reusable = quant.prepare_gemv(np.ascontiguousarray(x).reshape(m, k), w,
+                                                    result.reshape(m, n))
+                return call, reusable and x.flags.c_contiguous
+
             def gemv_step(slots: Slots) -> None:
-                w = slots[rhs]
                 result = get(slots)
-                if w.flags.c_contiguous:
-                    quant.gemv(np.ascontiguousarray(slots[lhs]).reshape(m, k), w,
-                               result.reshape(m, n))
-                else:
-                    np.matmul(slots[lhs].reshape(m, k), w.T, out=result.reshape(m, n))
+                kept.run((slots[lhs], slots[rhs], result), prepare)
                 slots[out] = result
 
             return gemv_step
@@ -402,12 +410,18 @@ def qmatmul_step(inst: Instruction, index: int, function: Function) -> Draft | N
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
+        kept = Kept()
+
+        def prepare(arrays: Sequence[Array]) -> tuple[Callable[[], None], bool]:
+            lhs, weight, result = arrays
+            packed = quant.packed_for(weight, fmt, shape)
+            call = quant.prepare_qmatmul(np.ascontiguousarray(lhs).reshape(m, k), packed,
+                                         result.reshape(m, n))
+            return call, lhs.flags.c_contiguous
 
         def step(slots: Slots) -> None:
-            packed = quant.packed_for(slots[w], fmt, shape)
             result = get(slots)
-            lhs = np.ascontiguousarray(slots[x]).reshape(m, k)
-            quant.qmatmul(lhs, packed, result.reshape(m, n))
+            kept.run((slots[x], slots[w], result), prepare)
             slots[out] = result
 
         return step
@@ -457,14 +471,21 @@ def _joined_step(siblings: list[Instruction], m: int, k: int, fmt: str, index: i
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[outs[0]]
+        kept = Kept()
         # (buffer, its parts) of the last run: the same views while the buffer is the same
         last: tuple[Any, list[Array]] = (None, [])
 
+        def prepare(arrays: Sequence[Array]) -> tuple[Callable[[], None], bool]:
+            lhs, *parts, result = arrays
+            packed = quant.joined_for(parts, fmt, shapes)
+            call = quant.prepare_qmatmul(np.ascontiguousarray(lhs).reshape(m, k), packed,
+                                         result)
+            return call, lhs.flags.c_contiguous
+
         def step(slots: Slots) -> None:
             nonlocal last
-            packed = quant.joined_for([slots[w] for w in weights], fmt, shapes)
             result = get(slots)
-            quant.qmatmul(np.ascontiguousarray(slots[x]).reshape(m, k), packed, result)
+            kept.run((slots[x], *[slots[w] for w in weights], result), prepare)
             held, parts = last
             if held is not result:
                 parts = [result[:, lo:hi].reshape(shape) for lo, hi, shape in
