@@ -30,7 +30,7 @@ from .mathlib import softmax_weight32f, tanh32f
 from .prepared import nothing
 from .rowops import _softmax_row32
 
-__all__ = ["prepare_rotary", "rotary", "sdpa"]
+__all__ = ["prepare_rotary", "prepare_sdpa", "rotary", "sdpa"]
 
 Array = np.ndarray[Any, Any]
 
@@ -464,57 +464,79 @@ def sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float,
         softcap: > 0: the scaled scores become ``softcap * tanh(scores / softcap)`` before the
             mask is added (Gemma 2's logit soft-capping).
     """
-    # NOTE: a decode step calls this 24-40 times a token around a kernel of a few
-    # microseconds, so the common path does no more Python than it needs (no pool call, one
-    # conversion per operand); each microsecond here costs ~3 in sequence, after a product's
-    # weight stream has left this code cold.
+    prepare_sdpa(q, k, v, out, scale=scale, causal=causal, softcap=softcap)(
+        mask, q_positions, kv_length)
+
+
+#: ``call(mask, q_positions, kv_length)``: `sdpa` on the arrays it was prepared for.
+Attend = Callable[[Array | None, Array | None, Any], None]
+
+
+def prepare_sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float, causal: bool,
+                 softcap: float = 0.0) -> Attend:
+    """`sdpa` on these arrays, prepared once: what depends on their shapes is decided here.
+
+    The mask, the query positions and the cache length change from run to run (a decode
+    step's), so the call takes them. Reused while q, k, v and `out` are the same objects (see
+    `prepared`): a decode step calls attention 24-40 times a token around a kernel of a few
+    microseconds.
+    """
     n_b, n_h, t_len, _ = q.shape
     s_len = k.shape[2]
-    if out.size == 0:
-        return
     shape = (n_b, n_h, t_len, s_len)
-    if mask is not None:
-        mask = np.asarray(mask)
-    bool_mask = mask is not None and mask.dtype == np.bool_
-    if mask is not None and bool_mask and mask.all():  # (one sequence's key mask: nothing
-        mask, bool_mask = None, False                   # to read)
-    add, has_add = _full(None if bool_mask else mask, shape, q.dtype)
-    keep, has_keep = _full(mask if bool_mask else None, shape, np.bool_)
-    if q_positions is None:
-        qpos = np.arange(t_len, dtype=np.int64) + (s_len - t_len)
-    else:
-        qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
-    kvlen = -1 if kv_length is None else max(int(kv_length), 0)
-    if t_len >= GEMM_MIN_QUERIES and out.flags.c_contiguous and _by_products(q, k, causal):
-        if 0 < kvlen < s_len and not (has_add or has_keep) and (not causal or qpos.min() >= 0):
-            # NOTE: a prefill into a cache of larger capacity: the keys from kv_length on weigh
-            # exactly 0 in every row (each row keeps key 0), so the products skip them
-            k, v, kvlen = k[:, :, :kvlen], v[:, :, :kvlen], -1
-        _sdpa_gemm(q, k, v, out, (add, keep, qpos, causal, kvlen, float(scale), float(softcap),
-                                  has_add, has_keep))
-        return
-    # (the work counts the keys the kernels read: a cache's used length, not its capacity)
-    work = n_b * n_h * t_len * (s_len if kvlen < 0 else max(min(s_len, kvlen), 1)) * q.shape[3]
-    args = (q, k, v, add, keep, qpos, causal, kvlen, float(scale), float(softcap), has_add,
-            has_keep, out)
-    if q.dtype != np.float32:
-        _per_task(_sdpa64, args, n_b * n_h, work)
-        return
+    products = (t_len >= GEMM_MIN_QUERIES and out.flags.c_contiguous
+                and _by_products(q, k, causal))
+    no_add, no_keep = _full(None, shape, q.dtype)[0], _full(None, shape, np.bool_)[0]
+    scale, softcap = float(scale), float(softcap)
     # float32: one task per (batch entry, kv head, query row), its kv head's query heads cut
     # into chunks when there are fewer such tasks than threads
     groups = n_b * k.shape[1] * t_len
-    if work >> 1 < pool.MIN_SPLIT:  # (decode at a short context: no closure, no pool)
-        _sdpa32(*args, 1, 0, groups)
-        return
-    parts = pool.parts(groups * (n_h // k.shape[1]), work >> 1)
-    if parts == 1:
-        _sdpa32(*args, 1, 0, groups)
-        return
-    chunks = min(n_h // k.shape[1], -(-parts // groups))
-    if t_len <= _SPLIT_MAX_QUERIES:
-        _sdpa32_split(*args, chunks, parts)
-        return
-    _per_task(_sdpa32, (*args, chunks), groups * chunks, work)
+    per_kv = n_h // k.shape[1]
+    keys = n_b * n_h * t_len * q.shape[3]  # (times the keys read: the work)
+
+    def call(mask: Array | None, q_positions: Array | None, kv_length: Any) -> None:
+        if out.size == 0:
+            return
+        add, keep, has_add, has_keep = no_add, no_keep, False, False
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_:
+                add, has_add = _full(mask, shape, q.dtype)
+            elif not mask.all():  # (all true: one sequence's key mask, nothing to read)
+                keep, has_keep = _full(mask, shape, np.bool_)
+        if q_positions is None:
+            qpos = np.arange(t_len, dtype=np.int64) + (s_len - t_len)
+        else:
+            qpos = np.ascontiguousarray(q_positions, np.int64).reshape(t_len)
+        kvlen = -1 if kv_length is None else max(int(kv_length), 0)
+        if products:
+            keys_k, keys_v = k, v
+            if (0 < kvlen < s_len and not (has_add or has_keep)
+                    and (not causal or qpos.min() >= 0)):
+                # NOTE: a prefill into a cache of larger capacity: the keys from kv_length on
+                # weigh exactly 0 in every row (each row keeps key 0): the products skip them
+                keys_k, keys_v, kvlen = k[:, :, :kvlen], v[:, :, :kvlen], -1
+            _sdpa_gemm(q, keys_k, keys_v, out, (add, keep, qpos, causal, kvlen, scale, softcap,
+                                                has_add, has_keep))
+            return
+        # (the work counts the keys the kernels read: a cache's used length, not its capacity)
+        work = keys * (s_len if kvlen < 0 else max(min(s_len, kvlen), 1))
+        args = (q, k, v, add, keep, qpos, causal, kvlen, scale, softcap, has_add, has_keep,
+                out)
+        if q.dtype != np.float32:
+            _per_task(_sdpa64, args, n_b * n_h, work)
+            return
+        parts = 1 if work >> 1 < pool.MIN_SPLIT else pool.parts(groups * per_kv, work >> 1)
+        if parts == 1:  # (decode at a short context: no closure, no pool)
+            _sdpa32(*args, 1, 0, groups)
+            return
+        chunks = min(per_kv, -(-parts // groups))
+        if t_len <= _SPLIT_MAX_QUERIES:
+            _sdpa32_split(*args, chunks, parts)
+            return
+        _per_task(_sdpa32, (*args, chunks), groups * chunks, work)
+
+    return call
 
 
 def _per_task(kernel: Any, args: tuple[Any, ...], tasks: int, work: int) -> None:

@@ -27,8 +27,9 @@ __all__ = ["Kernel", "kernel_draft", "once"]
 #: ``kernel(operands, out) -> (call, reusable)``: the kernel's call on operands in the order of
 #: `kernel_draft`'s `reads` (None where an optional operand is absent) into `out`, the result
 #: buffer (C-contiguous), and whether the call may run again for the same array objects (it
-#: holds views of them only, no copies).
-Kernel = Callable[[list[Array | None], Array], tuple[Callable[[], None], bool]]
+#: holds views of them only, no copies). The last `dynamic` reads are not among the operands:
+#: the call takes them, at every run.
+Kernel = Callable[[list[Array | None], Array], tuple[Callable[..., None], bool]]
 
 
 def once(run: Callable[[list[Array | None], Array], None]) -> Kernel:
@@ -38,7 +39,7 @@ def once(run: Callable[[list[Array | None], Array], None]) -> Kernel:
 
 def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
                  kernel: Callable[[], Kernel], kind: str, work: int | None = None,
-                 large: bool = False) -> Draft:
+                 large: bool = False, dynamic: int = 0) -> Draft:
     """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
 
     Args:
@@ -55,6 +56,8 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
             a program loads numba anyway, and a decode step's composites are small (a (1, 896)
             rms_norm): a compiled kernel costs microseconds where the numpy decomposition costs
             0.1 ms, 49 times per token for a 24-layer model.
+        dynamic: how many of the last `reads` the prepared call takes at every run (values
+            that change from run to run, such as attention's mask and cache length).
     """
     result = inst.results[0]
     assert isinstance(result.type, TensorType)
@@ -62,6 +65,7 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
     owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
     small = not large and (result.type.size if work is None else work) < codegen.min_elements()
     ids = list(reads)
+    split = len(ids) - dynamic
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
@@ -73,7 +77,7 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
             # only hold the last run's output alive
             fresh = getattr(get, "fresh", False)
 
-            def prepare_all(arrays: Sequence[Array | None]) -> tuple[Callable[[], None], bool]:
+            def prepare_all(arrays: Sequence[Array | None]) -> tuple[Callable[..., None], bool]:
                 *args, buffer = arrays
                 assert buffer is not None
                 return prepare(args, buffer)
@@ -82,11 +86,13 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
                 buffer = get(slots)
                 if buffer.size:
                     args = [None if i is None else slots[i] for i in ids]
+                    values = args[split:]
+                    del args[split:]
                     if fresh:
-                        prepare(args, buffer)[0]()
+                        prepare(args, buffer)[0](*values)
                     else:
                         args.append(buffer)
-                        kept.run(args, prepare_all)
+                        kept.run(args, prepare_all, values)
                 slots[out] = buffer
 
             return step

@@ -334,17 +334,15 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
     def kernel() -> Kernel:
         from . import attention
 
-        def run(args: list[Array | None], out: Array) -> None:
-            a, b, c, m, p, n = args
+        def prepare(args: list[Array | None], out: Array) -> tuple[Callable[..., None], bool]:
+            a, b, c = args
             assert a is not None and b is not None and c is not None
-            attention.sdpa(a, b, c, out, scale=scale, mask=m, q_positions=p,
-                           kv_length=None if n is None else int(n), causal=causal,
-                           softcap=softcap)
+            return attention.prepare_sdpa(a, b, c, out, scale=scale, causal=causal,
+                                          softcap=softcap), True
 
-        # NOTE: never reused: what runs depends on the mask's and the positions' values
-        return once(run)
+        return prepare
 
     qt, kt = (t for t in types[:2] if isinstance(t, TensorType))
     scores = math.prod(qt.shape[:3]) * kt.shape[2]  # (B, Hq, T, S)
     return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=max(scores, result.size),
-                        large=ctx.large)
+                        large=ctx.large, dynamic=3)

@@ -20,7 +20,7 @@ __all__ = ["Kept", "Prepare", "nothing"]
 
 #: ``prepare(arrays) -> (call, reusable)``: the call on these arrays, and whether it may run
 #: again for the same array objects (it holds views of them, no copies).
-Prepare = Callable[[Sequence[Any]], tuple[Callable[[], None], bool]]
+Prepare = Callable[[Sequence[Any]], tuple[Callable[..., None], bool]]
 
 
 class Kept:
@@ -30,16 +30,19 @@ class Kept:
 
     def __init__(self) -> None:
         # one tuple: concurrent runs of a plan (each with its own arena) read a consistent one
-        self._kept: tuple[tuple[Any, ...], Callable[[], None]] | None = None
+        self._kept: tuple[tuple[Any, ...], Callable[..., None]] | None = None
 
-    def run(self, arrays: Sequence[Any], prepare: Prepare) -> None:
-        """Call what was prepared for `arrays` (the same objects), or prepare it now."""
+    def run(self, arrays: Sequence[Any], prepare: Prepare, args: Sequence[Any] = ()) -> None:
+        """Call what was prepared for `arrays` (the same objects), or prepare it now.
+
+        `args` go to the call: what changes at every run (attention's mask and cache length).
+        """
         kept = self._kept
         if kept is not None and all(map(operator.is_, arrays, kept[0])):
-            kept[1]()
+            kept[1](*args)
             return
         call, reusable = prepare(arrays)
-        call()
+        call(*args)
         # (the arrays are held with the call: their ids cannot be reused while it is kept)
         self._kept = (tuple(arrays), call) if reusable else None
 
