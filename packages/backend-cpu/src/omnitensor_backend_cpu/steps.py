@@ -523,6 +523,19 @@ def update_step(inst: Instruction, function: Function, idx: int) -> Draft | None
     up_t = inst.operands[1].type
     assert isinstance(op_t, TensorType) and isinstance(up_t, TensorType)
     dims, sizes = op_t.shape, up_t.shape
+    # NOTE: starts that are constants (a KV cache's zeros) are sliced once, here; the others
+    # (the cache position) are read at every run and clamped as the op says
+    producers = {v.id: i for i in function.body for v in i.results}
+    fixed: list[slice | None] = []
+    moving: list[tuple[int, int, int, int]] = []  # (axis, start slot, dim, size)
+    for axis, (i, d, n) in enumerate(zip(starts, dims, sizes, strict=True)):
+        source = producers.get(i)
+        if source is not None and source.op == "constant":
+            first = min(max(int(source.attrs["value"]), 0), d - n)
+            fixed.append(slice(first, first + n))
+        else:
+            fixed.append(None)
+            moving.append((axis, i, d, n))
 
     def make(_: dict[int, Callable[[Slots], Array]]) -> Step:
         def step(slots: Slots) -> None:
@@ -531,10 +544,11 @@ def update_step(inst: Instruction, function: Function, idx: int) -> Draft | None
                 target = buf
             else:
                 target = np.array(buf, copy=True)
-            index = tuple(slice(s, s + n) for s, n in (
-                (min(max(int(slots[i]), 0), d - n), n)
-                for i, d, n in zip(starts, dims, sizes, strict=True)))
-            target[index] = slots[update]
+            index = list(fixed)
+            for axis, i, d, n in moving:
+                first = min(max(int(slots[i]), 0), d - n)
+                index[axis] = slice(first, first + n)
+            target[tuple(index)] = slots[update]
             slots[out] = target
 
         return step
