@@ -481,6 +481,8 @@ def prepare_sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float, caus
     `prepared`): a decode step calls attention 24-40 times a token around a kernel of a few
     microseconds.
     """
+    if out.size == 0:
+        return lambda mask, q_positions, kv_length: None
     n_b, n_h, t_len, _ = q.shape
     s_len = k.shape[2]
     shape = (n_b, n_h, t_len, s_len)
@@ -495,8 +497,6 @@ def prepare_sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float, caus
     keys = n_b * n_h * t_len * q.shape[3]  # (times the keys read: the work)
 
     def call(mask: Array | None, q_positions: Array | None, kv_length: Any) -> None:
-        if out.size == 0:
-            return
         add, keep, has_add, has_keep = no_add, no_keep, False, False
         if mask is not None:
             mask = np.asarray(mask)

@@ -65,7 +65,8 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
     owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
     small = not large and (result.type.size if work is None else work) < codegen.min_elements()
     ids = list(reads)
-    split = len(ids) - dynamic
+    # the operands the call is prepared for, and the values it takes at every run
+    statics, dynamics = ids[:len(ids) - dynamic], ids[len(ids) - dynamic:]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
@@ -85,9 +86,8 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
             def step(slots: Slots) -> None:
                 buffer = get(slots)
                 if buffer.size:
-                    args = [None if i is None else slots[i] for i in ids]
-                    values = args[split:]
-                    del args[split:]
+                    args = [None if i is None else slots[i] for i in statics]
+                    values = [None if i is None else slots[i] for i in dynamics]
                     if fresh:
                         prepare(args, buffer)[0](*values)
                     else:
@@ -102,4 +102,3 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         return compiled()
 
     return Draft([i for i in ids if i is not None], [out], make, owned, "ref" if small else kind)
-

@@ -553,13 +553,13 @@ def gemv(x: Array, w: Array, out: Array) -> None:
     split over numba's spinning workers (see `pool`). From `fewrows.MIN_ROWS` rows on, the
     products run as `fewrows`' outer-product tiles instead.
     """
-    prepare_gemv(x, w, out)[0]()
+    prepare_gemv(x, w, out)()
 
 
-def prepare_gemv(x: Array, w: Array, out: Array) -> tuple[Callable[[], None], bool]:
-    """`gemv`'s call on these arrays, and whether it may run again (see `prepared`).
+def prepare_gemv(x: Array, w: Array, out: Array) -> Callable[[], None]:
+    """`gemv`'s call on these arrays, made once (see `prepared`).
 
-    Not with `fewrows`' tiles: they read a transposed copy of x.
+    With `fewrows`' tiles the call transposes x itself, at every run (a copy of its values).
     """
     n, k = w.shape
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
@@ -572,7 +572,7 @@ def prepare_gemv(x: Array, w: Array, out: Array) -> tuple[Callable[[], None], bo
             else:
                 _f32_rows(x, w, out, fewrows.tiles(xt, w, out, 0, n), n)
 
-        return call, True
+        return call
     if parts > 1:
-        return functools.partial(_f32_gemv_split, x, _NO_TRANSPOSE, w, out, parts), True
-    return functools.partial(_f32_gemv, x, w, out), True
+        return functools.partial(_f32_gemv_split, x, _NO_TRANSPOSE, w, out, parts)
+    return functools.partial(_f32_gemv, x, w, out)

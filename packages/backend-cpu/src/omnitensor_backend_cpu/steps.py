@@ -275,9 +275,9 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
                 if not w.flags.c_contiguous:
                     return functools.partial(np.matmul, x.reshape(m, k), w.T,
                                              out=result.reshape(m, n)), False
-                call, reusable = quant.prepare_gemv(np.ascontiguousarray(x).reshape(m, k), w,
-                                                    result.reshape(m, n))
-                return call, reusable and x.flags.c_contiguous
+                call = quant.prepare_gemv(np.ascontiguousarray(x).reshape(m, k), w,
+                                          result.reshape(m, n))
+                return call, x.flags.c_contiguous
 
             def gemv_step(slots: Slots) -> None:
                 result = get(slots)
