@@ -142,3 +142,27 @@ def test_one_plan_from_two_threads_never_shares_scratch(backend: CpuBackend) -> 
     for i in range(2):
         for got in results[i]:
             np.testing.assert_allclose(got, expected[i], rtol=1e-6, atol=1e-6)
+
+
+def test_concatenation_writes_into_a_plan_buffer(backend: CpuBackend) -> None:
+    # a decode step stacks each layer's key and value rows: stacked rows read inside the plan
+    # live in the arena (the same buffer every run); a stacked result that is an output is new
+    # at every run
+    def stacked(escapes: bool):  # type: ignore[no-untyped-def]
+        b = Builder()
+        k, v = (b.input(TensorType((1, 2, 1, 4), float32)) for _ in range(2))
+        both = b.emit("concatenate", k, v, axis=0)
+        doubled = b.emit("add", both, both)
+        return backend.compile(b.build([doubled, both] if escapes else [doubled]))
+
+    inner, outer = stacked(False), stacked(True)
+    assert len(inner.plan.arena_spec) == 1 and not outer.plan.arena_spec
+    rng = np.random.default_rng(0)
+    runs = []
+    for _ in range(2):
+        ks, vs = (rng.normal(size=(1, 2, 1, 4)).astype(np.float32) for _ in range(2))
+        runs.append((ks, vs, backend.run(inner, [ks, vs]), backend.run(outer, [ks, vs])))
+    for ks, vs, (doubled,), (doubled_too, both) in runs:  # the first run's survive the second
+        np.testing.assert_array_equal(both, np.concatenate([ks, vs]))
+        np.testing.assert_array_equal(doubled, 2 * np.concatenate([ks, vs]))
+        np.testing.assert_array_equal(doubled_too, doubled)

@@ -117,7 +117,7 @@ class CpuBackend(HostArrayBackend):
                         len(executable.plan.steps), len(executable.plan.groups))
         else:
             outputs = executable.plan.run(arrays, donated)
-        return hand_out(outputs, arrays)
+        return hand_out(outputs, arrays, donated)
 
     def device_info(self) -> dict[str, str]:
         """The host and the thread count."""

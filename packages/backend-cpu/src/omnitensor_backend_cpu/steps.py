@@ -92,6 +92,30 @@ def _ufunc_step(inst: Instruction, ufunc: Any, index: int) -> Draft:
     return Draft(reads, [out], make, owned)
 
 
+def _concat_step(inst: Instruction, index: int) -> Draft:
+    """`concatenate` as one numpy call into the buffer the planner gives it.
+
+    A decode step stacks each layer's new key and value rows for its cache update (24 a step
+    for a 24-layer model): a buffer of the plan's instead of a fresh array each run.
+    """
+    reads = [v.id for v in inst.operands]
+    result = inst.results[0]
+    out = result.id
+    assert isinstance(result.type, TensorType)
+    axis = int(inst.attrs["axis"]) % len(result.type.shape)
+    owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
+
+    def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        get = getters[out]
+
+        def step(slots: Slots) -> None:
+            slots[out] = np.concatenate([slots[i] for i in reads], axis=axis, out=get(slots))
+
+        return step
+
+    return Draft(reads, [out], make, owned)
+
+
 _VIEWS: Final = frozenset({"reshape", "transpose", "slice", "broadcast_in_dim"})
 
 
@@ -177,13 +201,15 @@ def _broadcast_view(inst: Instruction) -> Callable[[Array], Array]:
 def reference_step(inst: Instruction, index: int = -1) -> Draft:
     """`inst` run by its reference kernel (numpy; a composite's decomposition, inlined once).
 
-    Views and same-type elementwise ufuncs run as one numpy call (the latter into a buffer of
-    the plan's, step `index`).
+    Views, same-type elementwise ufuncs and concatenations run as one numpy call (the latter
+    two into a buffer of the plan's, step `index`).
     """
     opdef = get_op(inst.op)
     ufunc = _ufunc_of(inst) if index >= 0 else None
     if ufunc is not None:
         return _ufunc_step(inst, ufunc, index)
+    if inst.op == "concatenate" and index >= 0 and isinstance(inst.results[0].type, TensorType):
+        return _concat_step(inst, index)
     kernel, attrs = opdef.reference, dict(inst.attrs)
     reads = [v.id for v in inst.operands]
     writes = [v.id for v in inst.results]

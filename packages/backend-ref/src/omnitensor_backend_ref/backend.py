@@ -83,7 +83,7 @@ class RefBackend(HostArrayBackend):
             raise TypeError(f"ref: cannot run {type(executable).__name__} (expected RefExecutable)")
         arrays = [np.asarray(x) for x in inputs]
         outputs = evaluate(executable.function, arrays)
-        return hand_out(outputs, arrays)
+        return hand_out(outputs, arrays, donated)
 
     def device_info(self) -> dict[str, str]:
         """The host."""

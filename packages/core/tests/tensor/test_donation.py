@@ -142,3 +142,15 @@ def test_call_donating_a_tensor_it_captures_raises_at_its_next_call() -> None:
     np.testing.assert_array_equal(y.numpy()[:, 0], [1, 1, 0, 0])
     with pytest.raises(OmnitensorError, match="donated"):
         f(_donor(), ot.tensor(np.ones((2, 3))))
+
+
+def test_an_argument_assigned_inside_is_returned_not_an_extra_output() -> None:
+    # the trace's placeholder for `c` is rebound by `c[0:2] = v`; the caller's tensor is not,
+    # so the new value is only the result (a KV cache of a decode step is such an argument)
+    f = ot.compile(_update, donate=(0,))
+    y = f(_donor(), ot.tensor(np.ones((2, 3))))
+    y = f(y, ot.tensor(np.full((2, 3), 2.0)))
+    np.testing.assert_array_equal(y.numpy()[:, 0], [2, 2, 0, 0])
+    (trace,) = [t for traces in f._cache.values() for t in traces]
+    assert trace.rebound == []
+    assert len(trace.plan.function.outputs) == 1

@@ -7,7 +7,7 @@ results are read-only (DESIGN §4). Compiling and running stay each backend's ow
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,17 +66,25 @@ def read_only(array: Array) -> Array:
     return array
 
 
-def hand_out(outputs: Sequence[Array], inputs: Sequence[Array]) -> list[Array]:
-    """Run outputs made read-only; outputs that are inputs themselves are returned as they are."""
-    # NOTE: most outputs are fresh arrays or read-only inputs; the inputs' ids (a decode step
-    # has ~270) are only collected when some output is writable
+def hand_out(outputs: Sequence[Array], inputs: Sequence[Array],
+             donated: Collection[int] = ()) -> list[Array]:
+    """Run outputs made read-only; outputs that are inputs themselves are returned as they are.
+
+    `donated` are the positions of inputs the run may have written in place: their outputs
+    (a KV cache updated in place) are recognized by identity first.
+    """
+    # NOTE: a decode step returns ~50 outputs, nearly all of them donated caches written in
+    # place; each is recognized without reading its flags (a flags object per array), and the
+    # ids of all inputs (~270) are collected only for a writable output that is none of them
+    kept = {id(inputs[i]) for i in donated}
     input_ids: set[int] | None = None
     for out in outputs:
-        if out.flags.writeable:
-            if input_ids is None:
-                input_ids = {id(x) for x in inputs}
-            if id(out) not in input_ids:
-                out.setflags(write=False)
+        if id(out) in kept or not out.flags.writeable:
+            continue
+        if input_ids is None:
+            input_ids = {id(x) for x in inputs}
+        if id(out) not in input_ids:
+            out.setflags(write=False)
     return list(outputs)
 
 

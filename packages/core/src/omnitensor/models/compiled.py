@@ -37,7 +37,7 @@ from .steps import StepContext, run_steps
 
 __all__ = ["CompiledModel", "bucket", "encoder_bucket"]
 
-Cache = list[list[Tensor]]
+Cache = list[Tensor]
 
 
 def _half(value: Any) -> str | None:
@@ -270,12 +270,15 @@ class CompiledModel:
         return int(self.hparams.get("context_length") or 2048)
 
     def new_cache(self, batch: int, capacity: int) -> Cache:
-        """Zeroed K/V caches, (B, H_kv, capacity, head_dim) per layer, on the backend."""
+        """Zeroed caches on the backend, one per layer: (2, B, H_kv, capacity, head_dim)."""
+        # NOTE: keys and values stacked, not a [k, v] pair: each cache tensor is an argument
+        # and a result of every decode step, and the tensor layer's work per call grows with
+        # their number (a 0.5B step: ~0.2 ms less outside the plan with 24 than with 48)
         heads, kv = int(self.hparams["head_count"]), int(self.hparams["head_count_kv"])
         head_dim = int(self.hparams.get("head_dim") or self.hparams["embedding_length"] // heads)
-        shape = (batch, kv, capacity, head_dim)
-        return [[from_numpy(np.zeros(shape, np.float32), copy=False).to(self.backend)
-                 for _ in range(2)] for _ in range(int(self.hparams["block_count"]))]
+        shape = (2, batch, kv, capacity, head_dim)
+        return [from_numpy(np.zeros(shape, np.float32), copy=False).to(self.backend)
+                for _ in range(int(self.hparams["block_count"]))]
 
     def step(self, tokens: np.ndarray[Any, Any], positions: np.ndarray[Any, Any],
              key_mask: np.ndarray[Any, Any], start: int, cache: Cache,
@@ -285,7 +288,7 @@ class CompiledModel:
         Returns the logits (B, vocab) of token ``last[b]`` of each row and the updated caches
         (the old ones are donated).
         """
-        capacity = cache[0][0].shape[2]
+        capacity = cache[0].shape[3]
         if start + tokens.shape[1] > capacity:
             raise ShapeError(f"step: {start} + {tokens.shape[1]} tokens exceed the cache "
                              f"capacity {capacity}")

@@ -17,6 +17,7 @@ from ..dtypes import int32
 from ..errors import FormatError, ShapeError, SpecError
 from ..ir.types import QTensorType
 from ..tensor.creation import arange
+from ..tensor.shape import stack
 from ..tensor.tensor import Tensor
 from .spec import repeat_count
 
@@ -54,7 +55,8 @@ class StepContext:
         positions: logical positions of the tokens, (B, T) int32 (RoPE, learned positions).
         slots: cache slots the tokens are written to, (T,) int32 (causal masking in slot space).
         key_mask: (B, 1, 1, S) bool of keys that may be attended (padding), or None.
-        cache: per layer, the [k, v] cache handles (rebound in place), or None without a cache.
+        cache: per layer, the cache handle of its keys and values stacked, (2, B, H_kv, S, D)
+            (rebound in place), or None without a cache.
         start: 0-d int32 slot of the first token (with a cache).
         last: (B,) int32 index of the token whose logits are wanted, or None for all tokens.
         layer: the layer a repeat block is running.
@@ -69,7 +71,7 @@ class StepContext:
     positions: Tensor
     slots: Tensor
     key_mask: Tensor | None = None
-    cache: list[list[Tensor]] | None = None
+    cache: list[Tensor] | None = None
     start: Tensor | None = None
     last: Tensor | None = None
     layer: int = 0
@@ -307,14 +309,13 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
     kv_length = None
     if ctx.cache is not None:
         assert ctx.start is not None
-        k_cache, v_cache = ctx.cache[ctx.layer]
+        kv_cache = ctx.cache[ctx.layer]  # keys and values stacked: (2, B, H_kv, S, D)
         zero = Tensor._apply("constant", value=_zero())
-        # the cache handles are rebound to the updated caches (in place where donated)
-        k_cache.assign(Tensor._apply("dynamic_update_slice", k_cache, k.astype(k_cache.dtype),
-                                     zero, zero, ctx.start, zero))
-        v_cache.assign(Tensor._apply("dynamic_update_slice", v_cache, v.astype(v_cache.dtype),
-                                     zero, zero, ctx.start, zero))
-        k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
+        rows = stack([k.astype(kv_cache.dtype), v.astype(kv_cache.dtype)])
+        # the cache handle is rebound to the updated cache (in place where donated)
+        kv_cache.assign(Tensor._apply("dynamic_update_slice", kv_cache, rows, zero, zero, zero,
+                                      ctx.start, zero))
+        k, v = kv_cache[0].astype(q.dtype), kv_cache[1].astype(q.dtype)
         kv_length = ctx.start + x.shape[1]
     extra: dict[str, Any] = {}
     if ctx.hparams.get("attn_logit_softcapping"):

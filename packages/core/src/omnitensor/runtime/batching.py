@@ -440,23 +440,24 @@ class BatchEngine:
         row.handle.put(Event(row.stream.finish(), finish_reason=reason))
 
 
-def _insert_rows(cache: list[list[Tensor]], small: list[list[Tensor]], src: Tensor, dst: Tensor,
-                 slot: Tensor) -> list[list[Tensor]]:
-    """Copy row `src` of the `small` caches into row `dst` of `cache` from `slot` on."""
+def _insert_rows(cache: list[Tensor], small: list[Tensor], src: Tensor, dst: Tensor,
+                 slot: Tensor) -> list[Tensor]:
+    """Copy row `src` of the `small` caches into row `dst` of `cache` from `slot` on.
+
+    Each layer's cache holds its keys and values stacked, (2, B, H_kv, S, D).
+    """
     zero = Tensor._apply("constant", value=np.asarray(0, np.int32))
-    for layer, pair in enumerate(cache):
-        for kv, big in enumerate(pair):
-            part = small[layer][kv]
-            one = Tensor._apply("dynamic_slice", part, src, zero, zero, zero,
-                                sizes=(1, *part.shape[1:]))
-            big.assign(Tensor._apply("dynamic_update_slice", big, one, dst, zero, slot, zero))
+    for big, part in zip(cache, small, strict=True):
+        one = Tensor._apply("dynamic_slice", part, zero, src, zero, zero, zero,
+                            sizes=(2, 1, *part.shape[2:]))
+        big.assign(Tensor._apply("dynamic_update_slice", big, one, zero, dst, zero, slot, zero))
     return cache
 
 
-def _copy_rows(new: list[list[Tensor]], old: list[list[Tensor]]) -> list[list[Tensor]]:
+def _copy_rows(new: list[Tensor], old: list[Tensor]) -> list[Tensor]:
     """`new` (a larger, zeroed cache) with `old`'s rows written at its first rows."""
     zero = Tensor._apply("constant", value=np.asarray(0, np.int32))
-    for pair, old_pair in zip(new, old, strict=True):
-        for big, small in zip(pair, old_pair, strict=True):
-            big.assign(Tensor._apply("dynamic_update_slice", big, small, zero, zero, zero, zero))
+    for big, small in zip(new, old, strict=True):
+        big.assign(Tensor._apply("dynamic_update_slice", big, small, zero, zero, zero, zero,
+                                 zero))
     return new

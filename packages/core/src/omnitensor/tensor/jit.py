@@ -203,6 +203,9 @@ class _Trace:
     bound: _Bound | None = None
     #: every source is a tensor handle (no gradient of one): `bound` may be reused
     only_handles: bool = field(init=False)
+    #: (donated argument leaves, the input positions they take, their argument indices):
+    #: the same at every call of this trace (its signature fixes the arguments' structure)
+    donation: tuple[frozenset[int], frozenset[int], tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         self.only_handles = not any(isinstance(source, _GradOf)
@@ -211,6 +214,15 @@ class _Trace:
                        for pos in sorted(self.arguments)]
         self.watched = sorted(self.handles.items())
         self.captured = [pos for pos in range(len(self.leaves)) if pos not in self.arguments]
+
+    def donated(self, leaves: frozenset[int]) -> tuple[frozenset[int], tuple[int, ...]]:
+        """The input positions of the donated argument `leaves`, and their argument indices."""
+        if self.donation is None or self.donation[0] != leaves:
+            positions = frozenset(pos for pos in self.arguments
+                                  if self.leaves[pos][0].placeholder in leaves)
+            self.donation = (leaves, positions,
+                             tuple(self.leaves[pos][0].placeholder or 0 for pos in positions))
+        return self.donation[1], self.donation[2]
 
     def matches(self) -> bool:
         """True when every gradient the trace read on entry is present (or absent) as then."""
@@ -322,8 +334,11 @@ class CompiledFunction(Generic[P, R]):
             tracing.reset(token)
         out_leaves: list[Tensor] = []
         out_spec = _flatten(result, out_leaves)
+        # NOTE: an argument's placeholder handle rebound inside (a KV cache's ``assign``) is
+        # not the caller's tensor and dies with the trace: its new value is no extra output
         rebound = [ref for ref, first in state.seen.values()
-                   if (h := ref()) is not None and (h._node, h._index) != first]
+                   if (h := ref()) is not None and first[0].placeholder is None
+                   and (h._node, h._index) != first]
         grads_set: list[weakref.ref[Tensor]] = []
         grads_cleared: list[weakref.ref[Tensor]] = []
         grad_roots: list[Ref] = []
@@ -405,26 +420,33 @@ class CompiledFunction(Generic[P, R]):
         bound = trace.bound
         if bound is None or bound.epoch != (graph.rebinds, graph.deletions):
             bound = self._bind(trace)
-        refs, buffers = list(bound.refs), list(bound.buffers)
+        buffers = list(bound.buffers)
         # (the arguments were realized by `__call__`)
         arg_refs = [arg_leaves[placeholder]._ref() for _, placeholder in trace.placed]
-        for (pos, _), ref, buf in zip(trace.placed, arg_refs,
-                                      leaf_buffers(arg_refs, trace.backend), strict=True):
-            refs[pos], buffers[pos] = ref, buf
+        for (pos, _), buf in zip(trace.placed, leaf_buffers(arg_refs, trace.backend),
+                                 strict=True):
+            buffers[pos] = buf
+        # NOTE: `run_plan` reads the refs only for a hoisted prelude's inputs, which are
+        # captured tensors: the argument positions are filled in only for dumps and checks
+        # when a prelude exists (a decode step has ~270 inputs and no prelude)
+        refs = bound.refs
+        if trace.plan.prelude is not None:
+            refs = list(refs)
+            for (pos, _), ref in zip(trace.placed, arg_refs, strict=True):
+                refs[pos] = ref
         return refs, buffers, bound
 
     def _run(self, trace: _Trace, arg_leaves: list[Tensor], donated_leaves: frozenset[int]
              ) -> Any:
         refs, buffers, bound = self._inputs(trace, arg_leaves)
-        donated = frozenset(pos for pos in trace.arguments
-                            if trace.leaves[pos][0].placeholder in donated_leaves)
+        donated, donated_args = trace.donated(donated_leaves)
         in_place, storages = _writable_in_place(trace.backend, buffers, donated,
                                                 trace.arguments, bound.storages)
         outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=in_place)
         stats.cache_hits += 1
         if donated:
             epoch = (graph.rebinds, graph.deletions)
-            gone = [arg_leaves[trace.leaves[pos][0].placeholder or 0]._node for pos in donated]
+            gone = [arg_leaves[i]._node for i in donated_args]
             # Every live view of the memory that may have been overwritten goes with it.
             gone += [alias for pos in in_place for alias in aliases_of(storages[pos])]
             for node in gone:
