@@ -44,21 +44,27 @@ def _sum32(x: Any, shift: Any, mode: int) -> float:
 
     float32 partial sums over blocks of 256, each a plain accumulator that LLVM vectorizes
     (reassociation is allowed), folded into a float64 total so long rows stay accurate.
+
+    NOTE: each block is a slice indexed from 0. Indexed as ``x[j]`` for j in ``range(lo, hi)``
+    the loops stayed scalar (numba cannot tell such a j is never negative, and the wraparound
+    it adds for negative indices blocks vectorization): 4096 x 4096 summed in 14.9 against
+    1.8 ms, and layer norm, RMS norm and softmax spent most of their time there.
     """
     n = x.shape[0]
     total = 0.0
     for lo in range(0, n, 256):
+        block = x[lo:min(lo + 256, n)]
         part = np.float32(0.0)
         if mode == 0:
-            for j in range(lo, min(lo + 256, n)):
-                part += x[j]
+            for j in range(block.shape[0]):
+                part += block[j]
         elif mode == 1:
-            for j in range(lo, min(lo + 256, n)):
-                c = x[j] - shift
+            for j in range(block.shape[0]):
+                c = block[j] - shift
                 part += c * c
         else:
-            for j in range(lo, min(lo + 256, n)):
-                part += softmax_weight32f(x[j] - shift)
+            for j in range(block.shape[0]):
+                part += softmax_weight32f(block[j] - shift)
         total += np.float64(part)
     return total
 
@@ -296,9 +302,10 @@ def _xent32(x: Any, target: Any, out: Any, ignore: int, smoothing: float) -> Non
         total = 0.0
         finite = True
         for start in range(0, cols, 256):
+            block = row[start:min(start + 256, cols)]  # (indexed from 0: see `_sum32`)
             part = np.float32(0.0)
-            for j in range(start, min(start + 256, cols)):
-                lp = (row[j] - m) - lse
+            for j in range(block.shape[0]):
+                lp = (block[j] - m) - lse
                 finite &= abs(lp) < np.float32(np.inf)
                 part += lp
             total += np.float64(part)
