@@ -53,7 +53,8 @@ def test_tile_dequantization_is_exact(fmt: str) -> None:
 @pytest.mark.parametrize("fmt,n,k", [(f, n, k) for f in FORMATS
                                      for n, k in [(8, 256), (40, 768), (300, 1024)]]
                          + [(f, 9, k) for f in ("q8_0", "q4_0") for k in (96, 192, 224, 416)])
-@pytest.mark.parametrize("m", [1, 3, 40, quant.BLAS_MIN_ROWS + 8])  # integer dots; BLAS tiles
+# integer dots (13: passes of 8, 4 and 1 rows); BLAS tiles
+@pytest.mark.parametrize("m", [1, 3, 13, 40, quant.BLAS_MIN_ROWS + 8])
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int, n: int,
                                               k: int, assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)

@@ -37,7 +37,8 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m", [1, 3, 40, quant.BLAS_MIN_ROWS + 8])  # integer dots; BLAS tiles
+# integer dots (13: passes of 8, 4 and 1 rows); BLAS tiles
+@pytest.mark.parametrize("m", [1, 3, 13, 40, quant.BLAS_MIN_ROWS + 8])
 def test_qmatmul_kernel_matches_the_reference(backend: CpuBackend, fmt: str, m: int,
                                               assert_qmatmul_close: Any) -> None:
     rng = np.random.default_rng(1)
