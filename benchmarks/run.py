@@ -167,7 +167,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true",
                         help="fewer rounds and no prefill-128/512 or memory runs")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--decode-rounds", type=int, default=2)
+    # NOTE: 4 interleaved rounds (medians): with 2, the decode ratios of two runs of the same
+    # commit differed by up to 7 % (Q8_0 1.05x and 0.98x, f32 0.98x and 0.91x)
+    parser.add_argument("--decode-rounds", type=int, default=4)
     args = parser.parse_args()
     if args.backend != "cpu":
         print(f"run.py: the speed table is the cpu backend's (got {args.backend!r})")
@@ -193,7 +195,7 @@ def main() -> int:
               str(args.threads), "--backends", "cpu"], "train"),
         ]
         if not args.quick:
-            steps += [([py, str(HERE / "decode.py"), "--rounds", "1", "--prompt", str(n), "--new",
+            steps += [([py, str(HERE / "decode.py"), "--rounds", "2", "--prompt", str(n), "--new",
                         "4", "--systems", "omni-f32,omni-q8_0,llama.cpp-f32,llama.cpp-q8_0",
                         *small_flag], f"p{n}") for n in (128, 512)]
             steps.append(([py, str(HERE / "decode.py"), "--rounds", "1", "--systems",
@@ -205,7 +207,7 @@ def main() -> int:
         for command, tag in steps:
             status = status or _run(command, env, tag)
         print("\n$ small workloads (whole processes, ref and cpu alternating)", flush=True)
-        small = small_workloads(env, 1 if args.small else 3)
+        small = small_workloads(env, 1 if args.small else 5)
         for key, seconds in small.items():
             print(f"  {key:18s} {seconds:6.2f} s")
         rows = table(read(figures_path), small)
