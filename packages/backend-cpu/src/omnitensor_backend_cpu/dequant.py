@@ -23,7 +23,7 @@ from ._compat import jit
 from .intdot import row_scales
 from .irblocks import load_quants, splat
 
-__all__ = ["dequantize_rows"]
+__all__ = ["dequantize_rows", "rows16", "rows32"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
@@ -139,14 +139,16 @@ def _rows(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
 
 
 @jit()
-def _rows32(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
+def rows32(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
             offsets: int, highs: Any) -> None:
+    """`dequantize_rows` for sub-blocks of 32 (compiled code may call it)."""
     _rows(qs, d, mins, lo, out, first, last, 5, offsets, highs)
 
 
 @jit()
-def _rows16(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
+def rows16(qs: Any, d: Any, mins: Any, lo: int, out: Any, first: int, last: int,
             offsets: int) -> None:
+    """`dequantize_rows` for sub-blocks of 16 (compiled code may call it)."""
     _rows(qs, d, mins, lo, out, first, last, 4, offsets)
 
 
@@ -161,6 +163,6 @@ def dequantize_rows(qs: Array, d: Array | tuple[Array, Array],
     """
     offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
     if shift == 5:
-        _rows32(qs, d, mins, lo, out, first, last, offsets, highs)
+        rows32(qs, d, mins, lo, out, first, last, offsets, highs)
     else:
-        _rows16(qs, d, mins, lo, out, first, last, offsets)
+        rows16(qs, d, mins, lo, out, first, last, offsets)

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import pool
+from . import gemm, pool
 from ._compat import HALF_CONVERSION, f32_from_bits, f32_from_half, jit, prange
 
 __all__ = ["FORMATS", "HALF_CONVERSION", "qmatmul", "row_flags", "widen"]
@@ -121,6 +121,29 @@ def _tile(w: Any, flags: Any, tile: Any, lo: int, hi: int, is_f16: bool) -> None
         _widen(w[n], tile[n - lo].view(np.int32), tile[n - lo], is_f16, flags[n] != 0)
 
 
+_NO_FLAGS: Final = np.zeros(0, np.uint8)
+
+
+@jit(parallel=True)
+def _wide_split(panels: Any, w: Any, flags: Any, out: Any, is_f16: bool, parts: int) -> None:
+    # `gemm`'s tiles on the widened weight, a tile per thread at a time (as `quant`'s);
+    # without flags (empty) by the conversion instruction
+    n, k = w.shape
+    count = panels.shape[0] // max(k, 1)
+    rows = gemm.tile_rows(k)
+    for p in prange(parts):
+        lo, hi = gemm.column_share(n, parts, p)
+        tile = np.empty((rows, k), np.float32)
+        for start in range(lo, hi, rows):
+            end = min(hi, start + rows)
+            if flags.shape[0] == 0:
+                _tile_direct(w, tile, start, end, is_f16)
+            else:
+                _tile(w, flags, tile, start, end, is_f16)
+            gemm.tiles(panels, tile[: end - start], out[:, start:end], 0, count, 0,
+                       end - start)
+
+
 def _row_flags(w: Array, format: str) -> Array:
     """uint8 [N]: rows of a float16 matrix holding zeros, subnormals, inf or NaN."""
     if format != "f16":
@@ -186,6 +209,10 @@ def qmatmul(x: Array, blocks: Array, format: str, out: Array, *,
         else:
             pool.parallel_for(n, lambda lo, hi: _rows(x, w, flags, out, lo, hi, is_f16),
                               work=(n * k) >> (24 - 17), grain=16)
+        return
+    if x.dtype == np.float32 and gemm.suits(x.shape[0], n, k):
+        _wide_split(gemm.pack(x), w, _NO_FLAGS if flags is None else flags, out, is_f16,
+                    pool.parts(n, x.shape[0] * n * k, grain=gemm.WEIGHTS))
         return
     rows = max(16, min(n, TILE_BYTES // (4 * k)))
     tile = np.empty((rows, k), np.float32)

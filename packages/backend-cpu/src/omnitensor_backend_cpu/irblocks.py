@@ -17,16 +17,19 @@ VF: Final = ir.VectorType(_F32, LANES)
 
 
 def fmuladd(builder: Any, a: Any, b: Any, c: Any) -> Any:
-    """``a * b + c`` on float32 vectors, fused where the CPU can."""
+    """``a * b + c`` on float32 vectors (of any width), fused where the CPU can."""
     module = builder.module
-    fn = module.globals.get("llvm.fmuladd.v8f32") or ir.Function(
-        module, ir.FunctionType(VF, [VF, VF, VF]), "llvm.fmuladd.v8f32")
+    vf = a.type
+    name = f"llvm.fmuladd.v{vf.count}f32"
+    fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(vf, [vf, vf, vf]),
+                                                 name)
     return builder.call(fn, [a, b, c])
 
 
-def load_vector(builder: Any, address: Any) -> Any:
-    """The 8 float32 at `address` (no alignment assumed)."""
-    return builder.load(builder.bitcast(address, VF.as_pointer()), align=4)
+def load_vector(builder: Any, address: Any, lanes: int = LANES) -> Any:
+    """The `lanes` float32 at `address` (no alignment assumed)."""
+    return builder.load(builder.bitcast(address, ir.VectorType(_F32, lanes).as_pointer()),
+                        align=4)
 
 
 def row_pointer(builder: Any, array: Any, index: Any) -> Any:

@@ -29,7 +29,7 @@ import numpy as np
 
 from omnitensor.backend.host_memory import release
 
-from . import dequant, fewrows, fivebit, intdot, pool, threads
+from . import dequant, fewrows, fivebit, gemm, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
 from .quant_more import MORE_FORMATS, PACKED_FORMATS, pack_more
 
@@ -415,9 +415,19 @@ def _tile_rows(n: int, k: int) -> int:
 
 def _many_rows(x: Array, packed: Packed, out: Array) -> None:
     n, k = packed.shape
+    mins = _NO_MINS if packed.mins is None else packed.mins  # one per scale sub-block
+    if x.dtype == np.float32 and gemm.suits(x.shape[0], n, k):
+        parts = pool.parts(n, x.shape[0] * n * k, grain=gemm.WEIGHTS)
+        offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
+        panels = gemm.pack(x)
+        if packed.shift == 5:
+            _wide_split32(panels, packed.stored, packed.d, mins, out, k, offsets,
+                          packed.highs, parts)
+        else:
+            _wide_split16(panels, packed.stored, packed.d, mins, out, k, offsets, parts)
+        return
     tile = _tile_rows(n, k)
     scratch = np.empty((tile, k), np.float32)
-    mins = _NO_MINS if packed.mins is None else packed.mins  # one per scale sub-block
     quants, shift = packed.stored, packed.shift
     threads.blas_for(2.0 * x.shape[0] * n * k)
     for lo in range(0, n, tile):
@@ -430,6 +440,41 @@ def _many_rows(x: Array, packed: Packed, out: Array) -> None:
 
         pool.parallel_for(hi - lo, rows, work=w.size)
         np.matmul(x, w.T, out=out[:, lo:hi])
+
+
+@jit(inline=True)
+def _wide_split(panels: Any, qs: Any, d: Any, mins: Any, out: Any, k: int, shift: int,
+                offsets: int, highs: Any, parts: int) -> None:
+    # `gemm`'s tiles on the dequantized weight: each thread dequantizes its share of the
+    # rows a tile at a time, in its cache, and multiplies it at once (no weight-sized buffer).
+    # `shift` a constant (inlined into the two entry points below), so that only the
+    # dequantization for qs's kind is compiled; `highs` None: no fifth bits
+    n = out.shape[1]
+    count = panels.shape[0] // max(k, 1)
+    rows = gemm.tile_rows(k)
+    for p in prange(parts):
+        lo, hi = gemm.column_share(n, parts, p)
+        tile = np.empty((rows, k), np.float32)
+        for start in range(lo, hi, rows):
+            end = min(hi, start + rows)
+            if shift == 5:
+                dequant.rows32(qs, d, mins, start, tile, 0, end - start, offsets, highs)
+            else:
+                dequant.rows16(qs, d, mins, start, tile, 0, end - start, offsets)
+            gemm.tiles(panels, tile[: end - start], out[:, start:end], 0, count, 0,
+                       end - start)
+
+
+@jit(parallel=True)
+def _wide_split32(panels: Any, qs: Any, d: Any, mins: Any, out: Any, k: int, offsets: int,
+                  highs: Any, parts: int) -> None:
+    _wide_split(panels, qs, d, mins, out, k, 5, offsets, highs, parts)
+
+
+@jit(parallel=True)
+def _wide_split16(panels: Any, qs: Any, d: Any, mins: Any, out: Any, k: int, offsets: int,
+                  parts: int) -> None:
+    _wide_split(panels, qs, d, mins, out, k, 4, offsets, None, parts)
 
 
 # NOTE: a tile's dequantization by numpy (an int8 -> float32 cast, then a broadcast multiply,

@@ -38,6 +38,10 @@ _FEWROWS_MIN_ROWS: Final = 8
 _FEWROWS_MIN_FLOPS: Final = 1 << 21
 
 
+#: `gemm.MIN_WORK` (not imported: that loads numba).
+_GEMM_MIN_WORK: Final = 1 << 21
+
+
 #: Same-dtype elementwise ops whose reference kernel is this numpy ufunc on every dtype but the
 #: 16-bit floats (which the reference computes in float32 and rounds once).
 _UFUNCS: Final = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
@@ -289,6 +293,11 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
               and (big or not codegen.min_elements()) and lid
               and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
 
+    # float32 products big enough run as `gemm`'s wide tiles where numpy's BLAS is narrower
+    # (`threads.wide_products`; `gemm` is imported only for such sizes: it loads numba)
+    own = (not matvec and b == 1 and lhs_t.dtype == float32 and rhs_t.dtype == float32
+           and m * n * k >= _GEMM_MIN_WORK and threads.wide_products())
+
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
         if matvec:
@@ -312,6 +321,18 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
 
             return gemv_step
 
+        if own:
+            from . import gemm
+
+            def gemm_step(slots: Slots) -> None:
+                a = slots[lhs] if lid else slots[lhs].transpose(lperm)
+                c = slots[rhs] if rid else slots[rhs].transpose(rperm)
+                result = get(slots)
+                gemm.product(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n))
+                slots[out] = result
+
+            return gemm_step
+
         def step(slots: Slots) -> None:
             a = slots[lhs] if lid else slots[lhs].transpose(lperm)
             c = slots[rhs] if rid else slots[rhs].transpose(rperm)
@@ -324,7 +345,7 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
 
         return step
 
-    return Draft([lhs, rhs], [out], make, owned, "blas")
+    return Draft([lhs, rhs], [out], make, owned, "gemm" if own else "blas")
 
 
 #: Fewest input elements for which a float sum over leading or trailing axes runs as a product

@@ -8,6 +8,7 @@ never pay its import and start-up), so its count is applied then (`numba_loaded`
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -15,7 +16,8 @@ from typing import Any, Final
 
 from omnitensor.errors import OmnitensorError
 
-__all__ = ["ENV", "apply", "apply_from_env", "blas_for", "count", "numba_loaded", "requested"]
+__all__ = ["ENV", "apply", "apply_from_env", "blas_for", "count", "numba_loaded", "requested",
+           "wide_products"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +87,46 @@ def count() -> int:
     return _COUNT[0]
 
 
+@functools.cache
+def wide_products() -> bool:
+    """Whether float32 products run on `gemm`'s tiles rather than numpy's BLAS.
+
+    Where the CPU has 16-float vectors (x86 AVX-512) and numpy's BLAS is an OpenBLAS whose
+    kernels for this process are narrower (its core type chosen by CPU, or pinned by
+    ``OPENBLAS_CORETYPE``); any other BLAS, or an unknown one, is trusted. BLAS then runs on
+    one thread only (`blas_for`).
+    """
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    from llvmlite import binding
+
+    features: Any = binding.get_host_cpu_features()
+    if not features.get("avx512f", False):
+        return False
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return False
+    blas = [info for info in threadpool_info() if info.get("user_api") == "blas"]
+    return bool(blas) and all(
+        info.get("internal_api") == "openblas"
+        and str(info.get("architecture") or "").lower() not in _WIDE_OPENBLAS for info in blas)
+
+
+#: OpenBLAS core types whose single-precision kernels use 16-float vectors.
+_WIDE_OPENBLAS: Final = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
 def blas_for(flops: float) -> None:
-    """Set BLAS to the thread count a product of `flops` operations pays for (one if small)."""
-    want = _BLAS[0] if flops >= BLAS_PARALLEL_FLOPS else 1
+    """Set BLAS to the thread count a product of `flops` operations pays for (one if small).
+
+    Always one where `wide_products`: OpenBLAS's workers spin for some 70 ms after a call
+    (2^28 cycles, its default), and the numba workers that run everything else then share
+    the cores with them (a 128-token prefill took 1.04 s against 0.27 s without them).
+    """
+    want = _BLAS[0] if flops >= BLAS_PARALLEL_FLOPS and not wide_products() else 1
     if want == _BLAS[1]:
         return
     setters = _BLAS[2]

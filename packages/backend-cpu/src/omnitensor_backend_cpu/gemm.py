@@ -1,0 +1,254 @@
+"""Float32 matrix products on the host's full vector width, where BLAS's kernels are narrower.
+
+``out (M, N) = a (M, K) @ bt (N, K).T``, the shape of every ``x @ W.T`` of a prefill, an
+encoder batch and a training step. numpy's OpenBLAS picks its kernels by CPU type, and where
+the environment pins an older one (``OPENBLAS_CORETYPE=Haswell``) or OpenBLAS does not know the
+CPU, it runs 8-float (AVX2) kernels on a CPU with 16-float registers: half its speed (a
+512 x 896 by 896 x 4864 product at 250 GFLOP/s on 2 Zen 5 cores, 430-440 with its AVX-512
+kernels). omnitensor never overrides that choice; it multiplies with its own kernels instead,
+which numba compiles for the host.
+
+The design is the classic one (BLIS, OpenBLAS): the activations ``a`` are packed into panels of
+`SPAN` rows, (K, SPAN) each, contiguous, so a tile streams its panel from L1/L2 in order; a tile
+holds ``out[t * SPAN : +SPAN, n : n + WEIGHTS]`` in registers (2 vectors x 12 weight rows = 24
+of the 32 vector registers) and, for each k, loads two vectors of the panel and broadcasts
+twelve weights (AVX-512's embedded broadcast, no shuffle), 24 multiply-adds. bt is read in
+place through its strides (``W`` as stored, or a transposed view: the broadcasts need no
+contiguity), so no weight is copied. Tiles run in blocks of `BLOCK_TILES` panels so a weight
+strip, read from memory once per block, stays in L1 across them.
+
+Measured on one Zen 5 core (interleaved medians, panels packed): 210-250 GFLOP/s for
+128..1024 rows by 384..4864 (the core's peak is ~240); two threads 400-450.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+from llvmlite import ir
+from numba import types as _types
+from numba.core import cgutils as _cgutils
+from numba.extending import intrinsic as _intrinsic
+
+from . import pool, threads
+from ._compat import jit, prange
+from .irblocks import fmuladd, load_vector, splat
+
+__all__ = ["MIN_WORK", "SPAN", "column_share", "gemm", "pack", "product",
+           "suits", "tile_rows", "tiles"]
+
+# NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
+types: Any = _types
+cgutils: Any = _cgutils
+intrinsic: Any = _intrinsic
+
+_I64, _F32 = ir.IntType(64), ir.FloatType()
+
+#: Floats per vector (one AVX-512 register), vectors and weight rows per tile.
+LANES: Final = 16
+VECTORS: Final = 2
+WEIGHTS: Final = 12
+#: Activation rows per panel.
+SPAN: Final = LANES * VECTORS
+#: Panels per block (see the module's docstring): 4 panels of 32 rows by K = 896 are 458 KB.
+BLOCK_TILES: Final = 4
+
+#: Panels per thread from which `gemm` splits a product by rows rather than by columns.
+_ROW_SPLIT_PANELS: Final = 4
+
+
+def _tile(weights: int) -> Any:
+    """An intrinsic ``tile(panels, bt, out, t, n)`` for `weights` weight rows from n.
+
+    ``out[t * SPAN + i, n + r] = sum_k panels[t * K + k, i] * bt[n + r, k]`` for ``i <
+    SPAN`` and ``r < weights``, K = bt's second extent; rows past the end of `out` (a last
+    panel's padding) are computed and dropped. panels is (T * K, SPAN) float32, C-contiguous;
+    bt and out are 2-D float32 with any strides.
+    """
+    vf = ir.VectorType(_F32, LANES)
+
+    @intrinsic  # type: ignore[untyped-decorator]
+    def tile(typingctx: Any, panels: Any, bt: Any, out: Any, t: Any, n: Any) -> Any:
+        sig = types.void(panels, bt, out, t, n)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
+            p_arr, b_arr, o_arr = (context.make_array(signature.args[i])(context, builder,
+                                                                          args[i])
+                                   for i in range(3))
+            t0, n0 = (context.cast(builder, args[i], signature.args[i], types.intp)
+                      for i in (3, 4))
+            k_count = builder.extract_value(b_arr.shape, 1)
+            b_rows, b_cols = (builder.extract_value(b_arr.strides, i) for i in (0, 1))
+            b_base = builder.ptrtoint(b_arr.data, _I64)
+            rows = [builder.add(b_base, builder.mul(builder.add(n0, ir.Constant(_I64, r)),
+                                                    b_rows)) for r in range(weights)]
+            panel = builder.gep(p_arr.data, [builder.mul(builder.mul(t0, k_count),
+                                                         ir.Constant(_I64, SPAN))])
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None))
+                     for _ in range(weights)] for _ in range(VECTORS)]
+            with cgutils.for_range(builder, k_count) as loop:
+                k = loop.index
+                line = builder.gep(panel, [builder.mul(k, ir.Constant(_I64, SPAN))])
+                xs = [load_vector(builder, builder.gep(line, [ir.Constant(_I64, LANES * v)]),
+                                  LANES) for v in range(VECTORS)]
+                offset = builder.mul(k, b_cols)
+                for r, row in enumerate(rows):
+                    at = builder.inttoptr(builder.add(row, offset), _F32.as_pointer())
+                    b = splat(builder, builder.load(at, align=4), LANES)
+                    for v in range(VECTORS):
+                        acc = accs[v][r]
+                        builder.store(fmuladd(builder, xs[v], b, builder.load(acc)), acc)
+            _store_transposed(builder, o_arr, accs, builder.mul(t0, ir.Constant(_I64, SPAN)),
+                              n0)
+
+        return sig, codegen
+
+    return tile
+
+
+def _store_transposed(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
+    # Lane i of accs[v][r] is out[m0 + LANES * v + i, n0 + r]; rows past the end of `out`
+    # go to a scratch row instead: a select, not a branch per lane.
+    weights = len(accs[0])
+    height = builder.extract_value(o_arr.shape, 0)
+    o_rows, o_cols = (builder.extract_value(o_arr.strides, i) for i in (0, 1))
+    base = builder.ptrtoint(o_arr.data, _I64)
+    scratch = cgutils.alloca_once(builder, _F32, size=weights)
+    scratch_at = builder.ptrtoint(scratch, _I64)
+    for v, column in enumerate(accs):
+        sums = [builder.load(acc) for acc in column]
+        for lane in range(LANES):
+            i = builder.add(m0, ir.Constant(_I64, LANES * v + lane))
+            inside = builder.icmp_signed("<", i, height)
+            row = builder.add(base, builder.mul(i, o_rows))
+            for r in range(weights):
+                value = builder.extract_element(sums[r], ir.Constant(ir.IntType(32), lane))
+                col = builder.add(row, builder.mul(builder.add(n0, ir.Constant(_I64, r)),
+                                                   o_cols))
+                spare = builder.add(scratch_at, ir.Constant(_I64, 4 * r))
+                at = builder.select(inside, col, spare)
+                builder.store(value, builder.inttoptr(at, _F32.as_pointer()), align=4)
+
+
+_tile_full = _tile(WEIGHTS)
+_tile_one = _tile(1)
+
+
+@jit()
+def _pack(a: Any, panels: Any, t_lo: int, t_hi: int) -> None:
+    # panels[t * K + k, i] = a[t * SPAN + i, k], zero past a's last row
+    m_rows, k_count = a.shape
+    for t in range(t_lo, t_hi):
+        base = t * k_count
+        for i in range(SPAN):
+            row = t * SPAN + i
+            if row < m_rows:
+                for k in range(k_count):
+                    panels[base + k, i] = a[row, k]
+            else:
+                for k in range(k_count):
+                    panels[base + k, i] = np.float32(0.0)
+
+
+@jit()
+def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
+          n_hi: int) -> None:
+    """``out`` rows of panels [t_lo, t_hi) by columns [n_lo, n_hi) (bt's rows), on this thread.
+
+    A block of `BLOCK_TILES` panels at a time: each weight strip is read once per block.
+    """
+    for block in range(t_lo, t_hi, BLOCK_TILES):
+        end = min(t_hi, block + BLOCK_TILES)
+        n = n_lo
+        while n + WEIGHTS <= n_hi:
+            for t in range(block, end):
+                _tile_full(panels, bt, out, t, n)
+            n += WEIGHTS
+        while n < n_hi:  # fewer than a tile's weight rows left
+            for t in range(block, end):
+                _tile_one(panels, bt, out, t, n)
+            n += 1
+
+
+#: Fewest multiply-adds (M * N * K) for which a product runs here: below, numpy's matmul on
+#: one thread (packing and a parallel region cost more than the wider kernels gain). Every
+#: product BLAS would split over threads (`threads.BLAS_PARALLEL_FLOPS`) runs here.
+MIN_WORK: Final = 1 << 21
+
+
+def suits(m_rows: int, n: int, k_count: int) -> bool:
+    """Whether a float32 product of this size runs here rather than in BLAS."""
+    return m_rows * n * k_count >= MIN_WORK and threads.wide_products()
+
+
+def product(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ bt.T`` (float32), here where it `suits`, else by numpy's BLAS."""
+    if suits(a.shape[0], bt.shape[0], a.shape[1]):
+        gemm(a, bt, out)
+    else:
+        np.matmul(a, bt.T, out=out)
+
+
+def pack(a: np.ndarray) -> np.ndarray:
+    """The panels of a (M, K) float32: (T * K, SPAN), T = M / SPAN rounded up, zero-padded."""
+    m_rows, k_count = a.shape
+    count = -(-m_rows // SPAN)
+    panels = np.empty((count * k_count, SPAN), np.float32)
+    _pack(a, panels, 0, count)
+    return panels
+
+
+def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ bt.T``: a (M, K), bt (N, K), out (M, N), float32, any strides."""
+    (m_rows, k_count), n = a.shape, bt.shape[0]
+    if bt.shape[1] != k_count or out.shape != (m_rows, n):
+        # the compiled kernels index without bounds checks: a wrong buffer would be overrun
+        raise ValueError(f"gemm of a {a.shape} by bt {bt.shape}.T into out {out.shape}: "
+                         f"shapes do not match")
+    count = -(-m_rows // SPAN)
+    panels = np.empty((count * k_count, SPAN), np.float32)
+    parts = pool.parts(n, m_rows * n * k_count, grain=WEIGHTS)
+    if parts > 1:
+        _split(a, bt, out, panels, parts)
+    else:
+        _pack(a, panels, 0, count)
+        tiles(panels, bt, out, 0, count, 0, n)
+
+
+# NOTE: the threads are numba's OpenMP workers (a parallel region), not `pool`'s: those
+# workers spin for a while after every region, and the prefill's other kernels run in such
+# regions; a product on the pool's threads right after one ran at half speed (a 128 x 896 by
+# 896 x 9728 product: 212 against 412 GFLOP/s).
+@jit(parallel=True)
+def _split(a: Any, bt: Any, out: Any, panels: Any, parts: int) -> None:
+    n, k_count = bt.shape
+    count = panels.shape[0] // max(k_count, 1)
+    share = -(-count // parts)
+    if count >= _ROW_SPLIT_PANELS * parts:
+        # many panels: each thread packs its own and multiplies them by all of bt (bt is
+        # read by every thread, the panels stay in their thread's cache)
+        for p in prange(parts):
+            lo, hi = min(count, p * share), min(count, p * share + share)
+            _pack(a, panels, lo, hi)
+            tiles(panels, bt, out, lo, hi, 0, n)
+        return
+    for p in prange(parts):
+        _pack(a, panels, min(count, p * share), min(count, p * share + share))
+    for p in prange(parts):
+        lo, hi = column_share(n, parts, p)
+        tiles(panels, bt, out, 0, count, lo, hi)
+
+
+@jit(inline=True)
+def column_share(n: int, parts: int, p: int) -> tuple[int, int]:
+    """Columns [lo, hi) of part `p` of `parts`: whole tiles of `WEIGHTS`, the last short."""
+    share = -(-n // parts)
+    step = -(-share // WEIGHTS) * WEIGHTS
+    return min(n, p * step), min(n, p * step + step)
+
+
+@jit(inline=True)
+def tile_rows(k_count: int) -> int:
+    """Weight rows a thread widens at a time (quantized or 16-bit weights): in its L2."""
+    return max(WEIGHTS, (1 << 19) // (4 * max(k_count, 1)) // WEIGHTS * WEIGHTS)

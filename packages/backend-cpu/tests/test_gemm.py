@@ -1,0 +1,130 @@
+"""`gemm`'s wide tiles: every edge of a tile, every layout, both thread splits, and the paths
+that reach it (plain products, dequantized and widened weights) on any host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from omnitensor.dtypes import float32
+from omnitensor.ir import quant_blocks
+from omnitensor.ir.builder import Builder
+from omnitensor.ir.interpret import evaluate
+from omnitensor.ir.types import TensorType
+from omnitensor_backend_cpu import gemm, half, quant, threads
+from omnitensor_backend_cpu.backend import CpuBackend
+
+
+def _want(a: np.ndarray, bt: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ bt.astype(np.float64).T
+
+
+@pytest.fixture
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Products take `gemm`'s path whatever this host's vectors and BLAS."""
+    monkeypatch.setattr(threads, "wide_products", lambda: True)
+
+
+# M around a panel (32 rows), N around a tile (12 weight rows), K from 1
+@pytest.mark.parametrize("m", [1, 31, 32, 33, 70])
+@pytest.mark.parametrize("n", [1, 11, 12, 25])
+@pytest.mark.parametrize("k", [1, 17, 64])
+def test_gemm_matches_a_float64_product(m: int, n: int, k: int) -> None:
+    rng = np.random.default_rng(m * 100 + n * 10 + k)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    bt = rng.standard_normal((n, k), dtype=np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    gemm.gemm(a, bt, out)
+    np.testing.assert_allclose(out, _want(a, bt), rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_reads_and_writes_through_strides() -> None:
+    """bt a transposed view (``x @ W``), a a column slice, out a column slice of a wider array."""
+    rng = np.random.default_rng(7)
+    wide_a = rng.standard_normal((45, 80), dtype=np.float32)
+    a = wide_a[:, 3:43]
+    w = rng.standard_normal((40, 30), dtype=np.float32)  # (K, N): bt = w.T
+    frame = np.full((45, 50), -7.0, np.float32)
+    out = frame[:, 10:40]
+    gemm.gemm(a, w.T, out)
+    np.testing.assert_allclose(out, _want(a, w.T), rtol=1e-5, atol=1e-5)
+    assert (frame[:, :10] == -7.0).all() and (frame[:, 40:] == -7.0).all()
+
+
+@pytest.mark.parametrize("m", [40, 300])  # panels split by columns; by rows (4+ a thread)
+def test_both_thread_splits_give_the_same_product(m: int) -> None:
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 48), dtype=np.float32)
+    bt = rng.standard_normal((61, 48), dtype=np.float32)
+    out = np.full((m, 61), np.nan, np.float32)
+    panels = np.empty((-(-m // gemm.SPAN) * 48, gemm.SPAN), np.float32)
+    gemm._split(a, bt, out, panels, 2)
+    np.testing.assert_allclose(out, _want(a, bt), rtol=1e-5, atol=1e-5)
+    assert gemm.column_share(61, 2, 0) == (0, 36) and gemm.column_share(61, 2, 1) == (36, 61)
+
+
+def test_gemm_refuses_mismatched_shapes() -> None:
+    a = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match="shapes do not match"):
+        gemm.gemm(a, np.zeros((5, 7), np.float32), np.zeros((4, 5), np.float32))
+    with pytest.raises(ValueError, match="shapes do not match"):
+        gemm.gemm(a, np.zeros((5, 8), np.float32), np.zeros((4, 6), np.float32))
+
+
+@pytest.mark.usefixtures("wide")
+def test_a_large_product_runs_on_the_wide_tiles(backend: CpuBackend) -> None:
+    m, n, k = 70, 130, 256  # m * n * k over gemm.MIN_WORK
+    assert m * n * k >= gemm.MIN_WORK
+    b = Builder()
+    x = b.input(TensorType((m, k), float32))
+    w = b.input(TensorType((n, k), float32))
+    fn = b.build([b.emit("dot_general", x, w, contracting=((1,), (1,)))])
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["gemm"]
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((m, k), dtype=np.float32),
+          rng.standard_normal((n, k), dtype=np.float32)]
+    (got,) = backend.run(exe, xs)
+    np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("wide")
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k", "q5_k", "q6_k"])
+def test_dequantized_weights_multiply_on_the_wide_tiles(fmt: str,
+                                                        assert_qmatmul_close: Any) -> None:
+    rng = np.random.default_rng(2)
+    m, n, k = quant.BLAS_MIN_ROWS + 8, 300, 512  # 300 rows: tiles of 12 and a short one
+    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
+    packed = quant.pack(blocks, fmt, (n, k))
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    quant.qmatmul(x, packed, out)
+    assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)
+
+
+@pytest.mark.usefixtures("wide")
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+@pytest.mark.parametrize("hardware", sorted({False, half.HALF_CONVERSION}))
+def test_16_bit_weights_multiply_on_the_wide_tiles(fmt: str, hardware: bool) -> None:
+    rng = np.random.default_rng(4)
+    m, n, k = 90, 300, 192
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w[4, :3] = [0.0, 3e-7, -6e-8]  # zero and subnormal halves take the exact pass
+    blocks = quant_blocks.quantize(w, fmt)
+    blocks.flags.writeable = False
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    half.qmatmul(x, blocks, fmt, out, hardware=hardware)
+    want = _want(x, quant_blocks.dequantize(blocks, fmt))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.usefixtures("wide")
+def test_blas_stays_on_one_thread_beside_the_wide_tiles() -> None:
+    threads.blas_for(1e12)
+    try:
+        assert threads._BLAS[1] == 1
+    finally:
+        threads._BLAS[1] = -1  # the next call sets the count again
