@@ -265,6 +265,9 @@ def _sdpa32(q: Any, k: Any, v: Any, add: Any, keep: Any, qpos: Any, causal: bool
 #: over a long cache, between the OpenMP matrix-vector products). Other calls split over
 #: `pool`: OpenMP workers share the cores with the BLAS threads that a training step's products
 #: leave spinning, and a (64, 4, 9, 32) attention took 8 ms that way against 0.3 ms alone.
+#: Where `threads.wide_products`, BLAS never runs on more than one thread and the products
+#: run on the OpenMP workers (`gemm`): every split per-row attention runs there too (a
+#: training step's (64, 4, 9, 32) one took 0.75 ms on the pool, beside the spinning workers).
 _SPLIT_MAX_QUERIES: Final = 4
 
 
@@ -531,7 +534,7 @@ def prepare_sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float, caus
             _sdpa32(*args, 1, 0, groups)
             return
         chunks = min(per_kv, -(-parts // groups))
-        if t_len <= _SPLIT_MAX_QUERIES:
+        if t_len <= _SPLIT_MAX_QUERIES or threads.wide_products():
             _sdpa32_split(*args, chunks, parts)
             return
         _per_task(_sdpa32, (*args, chunks), groups * chunks, work)
