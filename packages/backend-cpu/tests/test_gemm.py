@@ -128,3 +128,31 @@ def test_blas_stays_on_one_thread_beside_the_wide_tiles() -> None:
         assert threads._BLAS[1] == 1
     finally:
         threads._BLAS[1] = -1  # the next call sets the count again
+
+
+@pytest.mark.parametrize("case", ["gqa-causal", "bool-softcap", "additive", "kv-length"])
+def test_attention_products_on_the_wide_tiles_match_the_blas_path(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import attention
+
+    rng = np.random.default_rng(9)
+    b, hq, hkv, t, s, d = 2, 6, 2 if case == "gqa-causal" else 6, 40, 70, 16
+    q = rng.normal(size=(b, t, hq, d)).astype(np.float32).transpose(0, 2, 1, 3)  # strided
+    k = rng.normal(size=(b, hkv, s, d)).astype(np.float32)
+    v = rng.normal(size=(b, hkv, s, d)).astype(np.float32)
+    kwargs: dict[str, Any] = {"scale": 0.3}
+    if case == "gqa-causal":
+        kwargs["causal"] = True
+    elif case == "bool-softcap":
+        kwargs.update(mask=rng.random((b, 1, t, s)) > 0.3, softcap=2.0)
+    elif case == "additive":
+        kwargs["mask"] = rng.normal(size=(1, hq, 1, s)).astype(np.float32)
+    else:
+        kwargs["kv_length"] = 50  # a prefill into a larger cache: keys from 50 on skipped
+    results = []
+    for wide in (False, True):
+        monkeypatch.setattr(threads, "wide_products", lambda wide=wide: wide)
+        out = np.full((b, hq, t, d), np.nan, np.float32)
+        attention.sdpa(q, k, v, out, **kwargs)
+        results.append(out)
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)

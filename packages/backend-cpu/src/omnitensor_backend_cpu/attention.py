@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import attnblocks, pool, threads
+from . import attnblocks, gemm, pool, threads
 from ._compat import jit, prange
 from .irblocks import LANES
 from .mathlib import softmax_weight32f, tanh32f
@@ -403,6 +403,13 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
     n_b, n_h, t_len, d = q.shape
     n_kv, s_len, dv = k.shape[1], k.shape[2], v.shape[3]
     g = n_h // n_kv
+    if q.dtype == np.float32 and threads.wide_products():
+        # (float32 only, the tiles' type; `out` is C-contiguous, see `prepare_sdpa`)
+        scores2 = np.empty((n_b * n_h * t_len, s_len), np.float32)
+        grid4 = scores2.reshape(n_b, n_h, t_len, s_len)
+        parts = pool.parts(n_b * n_kv, scores2.size * max(d, dv) >> 3)
+        _sdpa_tiles(q, k, v, out.reshape(-1, dv), scores2, grid4, *args, parts)
+        return
     # NOTE: stacking the query heads of a kv head (g > 1) needs a C-contiguous q, so without a
     # soft cap that copy is also where the scale is applied (T x D values, not T x S scores).
     # With one query head per kv head (an encoder) q is read where it lies and the mask kernel
@@ -434,6 +441,54 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
         np.matmul(scores[part], v[part], out=outs[part])
 
     pool.parallel_for(n_b if by_batch else n_kv, body, work=work)
+
+
+@jit()
+def _pack_heads(q: Any, b: int, h0: int, heads: int, panels: Any) -> None:
+    # `gemm`'s panels of the stacked query rows (heads h0.. of batch entry b, then positions)
+    t_len, d = q.shape[2], q.shape[3]
+    span = panels.shape[1]
+    for r0 in range(0, panels.shape[0] // d * span, span):
+        base = r0 // span * d
+        for i in range(span):
+            r = r0 + i
+            if r < heads * t_len:
+                row = q[b, h0 + r // t_len, r % t_len]
+                for j in range(d):
+                    panels[base + j, i] = row[j]
+            else:
+                for j in range(d):
+                    panels[base + j, i] = np.float32(0.0)
+
+
+@jit(parallel=True)
+def _sdpa_tiles(q: Any, k: Any, v: Any, out2: Any, scores2: Any, grid: Any, add: Any,
+                keep: Any, qpos: Any, causal: bool, kvlen: int, scale: float, softcap: float,
+                has_add: bool, has_keep: bool, parts: int) -> None:
+    # One task per (batch entry, kv head): its query heads' rows stacked, scores by `gemm`'s
+    # tiles into scores2 (= grid, (B * Hq * T, S)), masked and normalized in place, then P V
+    # into out2 ((B * Hq * T, Dv)). Tasks split over numba's workers (see `_sdpa_gemm`).
+    n_b, n_h, t_len, d = q.shape
+    n_kv, s_len = k.shape[1], k.shape[2]
+    g = n_h // n_kv
+    rows = g * t_len
+    span = gemm.SPAN
+    count = -(-rows // span)
+    tasks = n_b * n_kv
+    step = -(-tasks // parts)
+    for part in prange(parts):
+        queries = np.empty((count * d, span), np.float32)
+        weights = np.empty((count * s_len, span), np.float32)
+        for task in range(part * step, min(tasks, part * step + step)):
+            b, kv = task // n_kv, task % n_kv
+            first = (b * n_h + kv * g) * t_len
+            _pack_heads(q, b, kv * g, g, queries)
+            gemm.tiles(queries, k[b, kv], scores2[first:first + rows], 0, count, 0, s_len)
+            _mask_softmax32(grid, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
+                            has_keep, b, b + 1, kv * g, kv * g + g)
+            gemm.pack_rows(scores2[first:first + rows], weights, 0, count)
+            gemm.tiles(weights, v[b, kv].T, out2[first:first + rows], 0, count, 0,
+                       v.shape[3])
 
 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:

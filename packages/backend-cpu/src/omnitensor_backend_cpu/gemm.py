@@ -35,7 +35,7 @@ from . import pool, threads
 from ._compat import jit, prange
 from .irblocks import fmuladd, load_vector, splat
 
-__all__ = ["MIN_WORK", "SPAN", "column_share", "gemm", "pack", "product",
+__all__ = ["MIN_WORK", "SPAN", "column_share", "gemm", "pack", "pack_rows", "product",
            "suits", "tile_rows", "tiles"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
@@ -136,8 +136,11 @@ _tile_one = _tile(1)
 
 
 @jit()
-def _pack(a: Any, panels: Any, t_lo: int, t_hi: int) -> None:
-    # panels[t * K + k, i] = a[t * SPAN + i, k], zero past a's last row
+def pack_rows(a: Any, panels: Any, t_lo: int, t_hi: int) -> None:
+    """Panels [t_lo, t_hi) of a (M, K): ``panels[t * K + k, i] = a[t * SPAN + i, k]``.
+
+    Zero past a's last row. (Compiled code may call it: attention packs its weights.)
+    """
     m_rows, k_count = a.shape
     for t in range(t_lo, t_hi):
         base = t * k_count
@@ -195,7 +198,7 @@ def pack(a: np.ndarray) -> np.ndarray:
     m_rows, k_count = a.shape
     count = -(-m_rows // SPAN)
     panels = np.empty((count * k_count, SPAN), np.float32)
-    _pack(a, panels, 0, count)
+    pack_rows(a, panels, 0, count)
     return panels
 
 
@@ -212,7 +215,7 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
     if parts > 1:
         _split(a, bt, out, panels, parts)
     else:
-        _pack(a, panels, 0, count)
+        pack_rows(a, panels, 0, count)
         tiles(panels, bt, out, 0, count, 0, n)
 
 
@@ -230,11 +233,11 @@ def _split(a: Any, bt: Any, out: Any, panels: Any, parts: int) -> None:
         # read by every thread, the panels stay in their thread's cache)
         for p in prange(parts):
             lo, hi = min(count, p * share), min(count, p * share + share)
-            _pack(a, panels, lo, hi)
+            pack_rows(a, panels, lo, hi)
             tiles(panels, bt, out, lo, hi, 0, n)
         return
     for p in prange(parts):
-        _pack(a, panels, min(count, p * share), min(count, p * share + share))
+        pack_rows(a, panels, min(count, p * share), min(count, p * share + share))
     for p in prange(parts):
         lo, hi = column_share(n, parts, p)
         tiles(panels, bt, out, 0, count, lo, hi)
