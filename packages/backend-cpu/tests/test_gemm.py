@@ -27,13 +27,17 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "wide_products", lambda: True)
 
 
-# M around a panel (32 rows), N around a tile (12 weight rows), K from 1
+# M around a panel (32 rows), N around a tile (12 weight rows, then 8, 4, 1), K from 1; a as
+# stored or a transposed view (a weight gradient's ``dY.T``, packed along its columns)
 @pytest.mark.parametrize("m", [1, 31, 32, 33, 70])
-@pytest.mark.parametrize("n", [1, 11, 12, 25])
+@pytest.mark.parametrize("n", [1, 11, 12, 16, 25, 44])
 @pytest.mark.parametrize("k", [1, 17, 64])
-def test_gemm_matches_a_float64_product(m: int, n: int, k: int) -> None:
+@pytest.mark.parametrize("transposed", [False, True])
+def test_gemm_matches_a_float64_product(m: int, n: int, k: int, transposed: bool) -> None:
     rng = np.random.default_rng(m * 100 + n * 10 + k)
     a = rng.standard_normal((m, k), dtype=np.float32)
+    if transposed:
+        a = np.ascontiguousarray(a.T).T
     bt = rng.standard_normal((n, k), dtype=np.float32)
     out = np.full((m, n), np.nan, np.float32)
     gemm.gemm(a, bt, out)

@@ -132,6 +132,8 @@ def _store_transposed(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> 
 
 
 _tile_full = _tile(WEIGHTS)
+_tile_8 = _tile(8)
+_tile_4 = _tile(4)
 _tile_one = _tile(1)
 
 
@@ -142,6 +144,16 @@ def pack_rows(a: Any, panels: Any, t_lo: int, t_hi: int) -> None:
     Zero past a's last row. (Compiled code may call it: attention packs its weights.)
     """
     m_rows, k_count = a.shape
+    if a.strides[0] < a.strides[1]:  # a transposed view (``dY.T @ X``): along its columns
+        for t in range(t_lo, t_hi):
+            base, rows = t * k_count, min(SPAN, m_rows - t * SPAN)
+            for k in range(k_count):
+                line = panels[base + k]
+                for i in range(rows):
+                    line[i] = a[t * SPAN + i, k]
+                for i in range(rows, SPAN):
+                    line[i] = np.float32(0.0)
+        return
     for t in range(t_lo, t_hi):
         base = t * k_count
         for i in range(SPAN):
@@ -168,7 +180,16 @@ def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
             for t in range(block, end):
                 _tile_full(panels, bt, out, t, n)
             n += WEIGHTS
-        while n < n_hi:  # fewer than a tile's weight rows left
+        # fewer than a tile's weight rows left (8 or 4 for most widths: 896, 512, 128)
+        if n + 8 <= n_hi:
+            for t in range(block, end):
+                _tile_8(panels, bt, out, t, n)
+            n += 8
+        if n + 4 <= n_hi:
+            for t in range(block, end):
+                _tile_4(panels, bt, out, t, n)
+            n += 4
+        while n < n_hi:
             for t in range(block, end):
                 _tile_one(panels, bt, out, t, n)
             n += 1
