@@ -55,6 +55,9 @@ def test_gemm_reads_and_writes_through_strides() -> None:
     gemm.gemm(a, w.T, out)
     np.testing.assert_allclose(out, _want(a, w.T), rtol=1e-5, atol=1e-5)
     assert (frame[:, :10] == -7.0).all() and (frame[:, 40:] == -7.0).all()
+    columns = np.full((30, 45), np.nan, np.float32).T  # out's rows strided: stored by lanes
+    gemm.gemm(a, w.T, columns)
+    np.testing.assert_allclose(columns, _want(a, w.T), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("m", [40, 300])  # panels split by columns; by rows (4+ a thread)
