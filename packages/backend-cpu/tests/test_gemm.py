@@ -81,8 +81,9 @@ def test_gemm_refuses_mismatched_shapes() -> None:
 
 
 @pytest.mark.usefixtures("wide")
-def test_a_large_product_runs_on_the_wide_tiles(backend: CpuBackend) -> None:
-    m, n, k = 70, 130, 256  # m * n * k over gemm.MIN_WORK
+@pytest.mark.parametrize("m", [20, 70])  # from 17 rows: not `fewrows`' two 16-row tiles
+def test_a_large_product_runs_on_the_wide_tiles(backend: CpuBackend, m: int) -> None:
+    n, k = 130, 1024  # m * n * k over gemm.MIN_WORK
     assert m * n * k >= gemm.MIN_WORK
     b = Builder()
     x = b.input(TensorType((m, k), float32))
@@ -99,15 +100,21 @@ def test_a_large_product_runs_on_the_wide_tiles(backend: CpuBackend) -> None:
 
 @pytest.mark.usefixtures("wide")
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k", "q5_k", "q6_k"])
-def test_dequantized_weights_multiply_on_the_wide_tiles(fmt: str,
-                                                        assert_qmatmul_close: Any) -> None:
+@pytest.mark.parametrize("m", [quant.WIDE_MIN_ROWS, quant.BLAS_MIN_ROWS + 8])
+def test_dequantized_weights_multiply_on_the_wide_tiles(fmt: str, m: int,
+                                                        assert_qmatmul_close: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(quant, "_many_rows", lambda *a, f=quant._many_rows: (
+        calls.append(1), f(*a))[1])
     rng = np.random.default_rng(2)
-    m, n, k = quant.BLAS_MIN_ROWS + 8, 300, 512  # 300 rows: tiles of 12 and a short one
+    n, k = 300, 512  # 300 rows: tiles of 12 and a short one
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
     packed = quant.pack(blocks, fmt, (n, k))
     x = rng.normal(size=(m, k)).astype(np.float32)
     out = np.full((m, n), np.nan, np.float32)
     quant.qmatmul(x, packed, out)
+    assert calls, "the dequantized path was not taken"
     assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)
 
 

@@ -394,6 +394,12 @@ _NO_MINS: Final = np.zeros((1, 0), np.float32)
 #: against 6.8 ms at 32 rows, 5.7-7.2 against 7.8-9.1 at 64, 9.2-10.0 against 10.6-12.8 at 96;
 #: even at 128 and 2.5x slower at 512).
 BLAS_MIN_ROWS: Final = 128
+#: Activation rows from which a product dequantizes the weight for `gemm`'s tiles where they
+#: take the products (`threads.wide_products`): a weight dequantized a tile at a time and
+#: multiplied in the cache costs about as much as 20 rows of integer products (4864 x 1024,
+#: 2 threads, warm: Q8_0 0.73 ms against 0.68 at 16 rows and 1.03 at 24; Q4_K 0.57 / 0.89,
+#: Q6_K 0.94 / 1.45, Q4_0 1.10 against 0.72 / 1.25).
+WIDE_MIN_ROWS: Final = 24
 #: Float32 bytes of one dequantized weight tile. Large on purpose: BLAS packs its operands
 #: itself, and a product over many small tiles ran 1.3-1.5x slower than over a few large ones
 #: (a 4864 x 896 Q8_0 weight by 512 rows: 47 ms with 256 KB tiles, 37 ms with 4 MB, 32 ms for
@@ -487,9 +493,10 @@ def _wide_split16(panels: Any, qs: Any, d: Any, mins: Any, out: Any, k: int, off
 def qmatmul(x: Array, packed: Packed, out: Array) -> None:
     """Out (M, N) = x (M, K) float32 @ dequantize(packed).T, accumulated in float32.
 
-    Up to `BLAS_MIN_ROWS` activation rows are quantized to int16 per sub-block and multiplied
-    by integer dot products (`intdot`, within the op's declared NMSE budget); more rows, and
-    rows holding a NaN or an infinity, multiply dequantized tiles of the weight by BLAS.
+    Up to `BLAS_MIN_ROWS` activation rows (`WIDE_MIN_ROWS` where `gemm`'s tiles take the
+    products) are quantized to int16 per sub-block and multiplied by integer dot products
+    (`intdot`, within the op's declared NMSE budget); more rows, and rows holding a NaN or an
+    infinity, multiply dequantized tiles of the weight (by BLAS or `gemm`).
     """
     prepare_qmatmul(np.ascontiguousarray(x), packed, out)()
 
@@ -501,7 +508,8 @@ def prepare_qmatmul(x: Array, packed: Packed, out: Array) -> Callable[[], None]:
         # the compiled kernels index without bounds checks: a wrong buffer would be overrun
         raise ValueError(f"qmatmul of x {x.shape} by a weight {packed.shape} into out "
                          f"{out.shape}: shapes do not match")
-    if m_rows >= BLAS_MIN_ROWS or x.dtype != np.float32:
+    if (m_rows >= BLAS_MIN_ROWS or x.dtype != np.float32
+            or (m_rows >= WIDE_MIN_ROWS and gemm.suits(m_rows, *packed.shape))):
         return functools.partial(_many_rows, x, packed, out)
     mins = _NO_MINS if packed.mins is None else packed.mins
     integer = intdot.prepare(x, packed.stored, packed.d, mins, out, packed.shift, packed.highs)

@@ -31,6 +31,8 @@ __all__ = ["dot_step", "qmatmul_step", "reference_step", "sum_step", "update_ste
 #: against 2.8-3.2 ms, 32 rows 2.7-3.2 against 3.1-3.7 ms, 48 rows 3.9-4.2 against 3.5-3.6 ms;
 #: one row of a 896 x 896 weight 123 against 186 us, of a 128 x 896 weight 31 against 33 us.
 _GEMV_MAX_ROWS: Final = 32
+#: `_GEMV_MAX_ROWS` where `gemm`'s tiles take the products (`threads.wide_products`).
+_WIDE_GEMV_MAX_ROWS: Final = 16
 _GEMV_MIN_WEIGHT: Final = 1 << 19
 #: `fewrows.MIN_ROWS` (not imported: that loads numba), and the fewest flops for which its
 #: tiles pay for loading numba.
@@ -289,7 +291,11 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
     # too: a 16-token prefill's 128 x 896 key and value products.)
     big = (n * k >= _GEMV_MIN_WEIGHT or flops >= threads.BLAS_PARALLEL_FLOPS
            or (m >= _FEWROWS_MIN_ROWS and flops >= _FEWROWS_MIN_FLOPS))
-    matvec = (lhs_t.dtype == float32 and b == 1 and m <= _GEMV_MAX_ROWS
+    # (from 17 rows, `fewrows` runs two 16-row tiles where `gemm` runs one 32-row panel: a
+    # 24-row product by a 9728 x 896 weight took 2.6 ms there against 1.5 ms in `gemm`)
+    most_rows = (_WIDE_GEMV_MAX_ROWS if m > _WIDE_GEMV_MAX_ROWS and m * n * k >= _GEMM_MIN_WORK
+                 and threads.wide_products() else _GEMV_MAX_ROWS)
+    matvec = (lhs_t.dtype == float32 and b == 1 and m <= most_rows
               and (big or not codegen.min_elements()) and lid
               and rperm == (*rc, *rf) and len(rc) == 1 and len(rf) == 1 and rc[0] == 1)
 
