@@ -101,24 +101,19 @@ def _tile(weights: int) -> Any:
                         builder.store(fmuladd(builder, xs[v], b, builder.load(acc)), acc)
             m0 = builder.mul(t0, ir.Constant(_I64, SPAN))
             if weights < 4:
-                _store_transposed(builder, o_arr, accs, m0, n0)
-                return
-            o_cols = builder.extract_value(o_arr.strides, 1)
-            dense = builder.icmp_signed("==", o_cols, ir.Constant(_I64, 4))
-            with builder.if_else(dense) as (rows_contiguous, otherwise):
-                with rows_contiguous:
-                    _store_rows(builder, o_arr, accs, m0, n0)
-                with otherwise:
-                    _store_transposed(builder, o_arr, accs, m0, n0)
+                _store_lanes(builder, o_arr, accs, m0, n0)
+            else:
+                _store_rows(builder, o_arr, accs, m0, n0)
 
         return sig, codegen
 
     return tile
 
 
-def _store_transposed(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
-    # Lane i of accs[v][r] is out[m0 + LANES * v + i, n0 + r]; rows past the end of `out`
-    # go to a scratch row instead: a select, not a branch per lane.
+def _store_lanes(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
+    # Lane i of accs[v][r] is out[m0 + LANES * v + i, n0 + r], stored one by one (the tiles
+    # of fewer than 4 weight rows); rows past the end of `out` go to a scratch row instead: a
+    # select, not a branch per lane.
     weights = len(accs[0])
     height = builder.extract_value(o_arr.shape, 0)
     o_rows, o_cols = (builder.extract_value(o_arr.strides, i) for i in (0, 1))
@@ -163,10 +158,12 @@ def _transposed(builder: Any, vectors: list[Any]) -> list[Any]:
 
 
 def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
-    # out's rows are contiguous along n: transpose each vector's 16 rows x `weights` columns
-    # in registers and store each row's `weights` floats as vectors of 8 and 4 (a 12-wide
-    # tile's stores went from 384 lane extracts and scalar stores to 96 shuffles and 48
-    # stores). Rows past the end of `out` are stored to a scratch row.
+    # out's rows are contiguous along n (checked by `tiles`): transpose each vector's 16 rows
+    # x `weights` columns in registers and store each row's `weights` floats as vectors of 8
+    # and 4 (a 12-wide tile's stores went from 384 lane extracts and scalar stores to 96
+    # shuffles and 48 stores; the lane stores, kept as a second path for strided rows, had
+    # made the tiles' code 3-4x larger, and a parallel region around them took seconds more
+    # to compile). Rows past the end of `out` are stored to a scratch row.
     weights = len(accs[0])
     height = builder.extract_value(o_arr.shape, 0)
     o_rows = builder.extract_value(o_arr.strides, 0)
@@ -197,7 +194,6 @@ def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
 
 
 _tile_full = _tile(WEIGHTS)
-_tile_8 = _tile(8)
 _tile_4 = _tile(4)
 _tile_one = _tile(1)
 
@@ -237,7 +233,11 @@ def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
     """``out`` rows of panels [t_lo, t_hi) by columns [n_lo, n_hi) (bt's rows), on this thread.
 
     A block of `BLOCK_TILES` panels at a time: each weight strip is read once per block.
+    out's elements must be contiguous along its rows (unit column stride): the tiles store
+    vectors.
     """
+    if out.strides[1] != out.itemsize and out.shape[1] > 1:
+        raise ValueError("gemm.tiles: out's rows must be contiguous")
     for block in range(t_lo, t_hi, BLOCK_TILES):
         end = min(t_hi, block + BLOCK_TILES)
         n = n_lo
@@ -246,11 +246,7 @@ def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
                 _tile_full(panels, bt, out, t, n)
             n += WEIGHTS
         # fewer than a tile's weight rows left (8 or 4 for most widths: 896, 512, 128)
-        if n + 8 <= n_hi:
-            for t in range(block, end):
-                _tile_8(panels, bt, out, t, n)
-            n += 8
-        if n + 4 <= n_hi:
+        while n + 4 <= n_hi:
             for t in range(block, end):
                 _tile_4(panels, bt, out, t, n)
             n += 4
@@ -295,38 +291,45 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
         # the compiled kernels index without bounds checks: a wrong buffer would be overrun
         raise ValueError(f"gemm of a {a.shape} by bt {bt.shape}.T into out {out.shape}: "
                          f"shapes do not match")
+    if out.strides[1] != out.itemsize and n > 1:  # the tiles store rows as vectors
+        dense = np.empty(out.shape, np.float32)
+        gemm(a, bt, dense)
+        out[...] = dense
+        return
     count = -(-m_rows // SPAN)
     panels = np.empty((count * k_count, SPAN), np.float32)
     parts = pool.parts(n, m_rows * n * k_count, grain=WEIGHTS)
-    if parts > 1:
-        _split(a, bt, out, panels, parts)
-    else:
+    by_rows = count >= _ROW_SPLIT_PANELS * parts
+    if not by_rows:  # few panels: packed here (small), then the columns split
         pack_rows(a, panels, 0, count)
+    if parts > 1:
+        _split(a, bt, out, panels, parts, by_rows)
+    else:
         tiles(panels, bt, out, 0, count, 0, n)
 
 
 # NOTE: the threads are numba's OpenMP workers (a parallel region), not `pool`'s: those
 # workers spin for a while after every region, and the prefill's other kernels run in such
 # regions; a product on the pool's threads right after one ran at half speed (a 128 x 896 by
-# 896 x 9728 product: 212 against 412 GFLOP/s).
+# 896 x 9728 product: 212 against 412 GFLOP/s). One loop, one call of `tiles` in it: each
+# loop of a parallel region compiles the kernels it calls again (3.9 s for one, on a cold
+# cache, against 0.9 s for `tiles` alone).
 @jit(parallel=True)
-def _split(a: Any, bt: Any, out: Any, panels: Any, parts: int) -> None:
+def _split(a: Any, bt: Any, out: Any, panels: Any, parts: int, by_rows: bool) -> None:
     n, k_count = bt.shape
     count = panels.shape[0] // max(k_count, 1)
     share = -(-count // parts)
-    if count >= _ROW_SPLIT_PANELS * parts:
-        # many panels: each thread packs its own and multiplies them by all of bt (bt is
-        # read by every thread, the panels stay in their thread's cache)
-        for p in prange(parts):
-            lo, hi = min(count, p * share), min(count, p * share + share)
-            pack_rows(a, panels, lo, hi)
-            tiles(panels, bt, out, lo, hi, 0, n)
-        return
     for p in prange(parts):
-        pack_rows(a, panels, min(count, p * share), min(count, p * share + share))
-    for p in prange(parts):
-        lo, hi = column_share(n, parts, p)
-        tiles(panels, bt, out, 0, count, lo, hi)
+        if by_rows:
+            # many panels: each thread packs its own and multiplies them by all of bt (bt is
+            # read by every thread, the panels stay in their thread's cache)
+            t_lo, t_hi = min(count, p * share), min(count, p * share + share)
+            n_lo, n_hi = 0, n
+            pack_rows(a, panels, t_lo, t_hi)
+        else:
+            t_lo, t_hi = 0, count
+            n_lo, n_hi = column_share(n, parts, p)
+        tiles(panels, bt, out, t_lo, t_hi, n_lo, n_hi)
 
 
 @jit(inline=True)
