@@ -482,13 +482,18 @@ def _sdpa_tiles(q: Any, k: Any, v: Any, out2: Any, scores2: Any, grid: Any, add:
         for task in range(part * step, min(tasks, part * step + step)):
             b, kv = task // n_kv, task % n_kv
             first = (b * n_h + kv * g) * t_len
-            _pack_heads(q, b, kv * g, g, queries)
-            gemm.tiles(queries, k[b, kv], scores2[first:first + rows], 0, count, 0, s_len)
-            _mask_softmax32(grid, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
-                            has_keep, b, b + 1, kv * g, kv * g + g)
-            gemm.pack_rows(scores2[first:first + rows], weights, 0, count)
-            gemm.tiles(weights, v[b, kv].T, out2[first:first + rows], 0, count, 0,
-                       v.shape[3])
+            # (two phases around one call of the tiles: each call site in a parallel loop
+            # compiles them again, ~1-3 s on a cold cache)
+            for phase in range(2):
+                if phase == 0:
+                    _pack_heads(q, b, kv * g, g, queries)
+                    panels, bt, dst = queries, k[b, kv], scores2[first:first + rows]
+                else:
+                    _mask_softmax32(grid, add, keep, qpos, causal, kvlen, scale, softcap,
+                                    has_add, has_keep, b, b + 1, kv * g, kv * g + g)
+                    gemm.pack_rows(scores2[first:first + rows], weights, 0, count)
+                    panels, bt, dst = weights, v[b, kv].T, out2[first:first + rows]
+                gemm.tiles(panels, bt, dst, 0, count, 0, bt.shape[0])
 
 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
