@@ -103,7 +103,7 @@ def test_a_large_product_runs_on_the_wide_tiles(backend: CpuBackend, m: int) -> 
 
 @pytest.mark.usefixtures("wide")
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"])
-@pytest.mark.parametrize("m", [quant.WIDE_MIN_ROWS, quant.BLAS_MIN_ROWS + 8])
+@pytest.mark.parametrize("m", [quant.WIDE_MIN_ROWS, quant.BLAS_MIN_ROWS + 8])  # both ends
 def test_dequantized_weights_multiply_on_the_wide_tiles(fmt: str, m: int,
                                                         assert_qmatmul_close: Any,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:

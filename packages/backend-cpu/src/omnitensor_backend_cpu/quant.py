@@ -395,11 +395,15 @@ _NO_MINS: Final = np.zeros((1, 0), np.float32)
 #: even at 128 and 2.5x slower at 512).
 BLAS_MIN_ROWS: Final = 128
 #: Activation rows from which a product dequantizes the weight for `gemm`'s tiles where they
-#: take the products (`threads.wide_products`): a weight dequantized a tile at a time and
+#: take the products (`threads.wide_products`). A weight dequantized a tile at a time and
 #: multiplied in the cache costs about as much as 20 rows of integer products (4864 x 1024,
 #: 2 threads, warm: Q8_0 0.73 ms against 0.68 at 16 rows and 1.03 at 24; Q4_K 0.57 / 0.89,
-#: Q6_K 0.94 / 1.45, Q4_0 1.10 against 0.72 / 1.25).
-WIDE_MIN_ROWS: Final = 24
+#: Q6_K 0.94 / 1.45, Q4_0 1.10 against 0.72 / 1.25), but the integer kernels are compiled for
+#: decode anyway, and the dequantizing split costs 2-3 s of compilation on a cold cache: a
+#: first chat prompt (the quick start's 37 tokens, a 64-row prefill) would pay it (its first
+#: run's compile 13.6 against 11.7 s, its prompt as fast). From 65 rows, the prompts that
+#: take long anyway.
+WIDE_MIN_ROWS: Final = 65
 #: Float32 bytes of one dequantized weight tile. Large on purpose: BLAS packs its operands
 #: itself, and a product over many small tiles ran 1.3-1.5x slower than over a few large ones
 #: (a 4864 x 896 Q8_0 weight by 512 rows: 47 ms with 256 KB tiles, 37 ms with 4 MB, 32 ms for
