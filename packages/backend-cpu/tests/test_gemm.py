@@ -173,3 +173,40 @@ def test_attention_products_on_the_wide_tiles_match_the_blas_path(
         attention.sdpa(q, k, v, out, **kwargs)
         results.append(out)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
+
+
+# up to a 16-row panel; N around `few`'s 16-row tiles (then 4, 1)
+@pytest.mark.parametrize("m", [1, 8, 9, 16])
+@pytest.mark.parametrize("n", [1, 5, 16, 21, 40])
+@pytest.mark.parametrize("k", [1, 17, 64])
+def test_few_rows_match_a_float64_product(m: int, n: int, k: int) -> None:
+    rng = np.random.default_rng(m * 100 + n * 10 + k)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    bt = rng.standard_normal((k, n), dtype=np.float32).T  # a transposed view: strided reads
+    out = np.full((m, n), np.nan, np.float32)
+    gemm.few(a, bt, out)
+    np.testing.assert_allclose(out, _want(a, bt), rtol=1e-5, atol=1e-5)
+    split = np.full((m, n), np.nan, np.float32)
+    panels = np.empty((k, gemm.FEW_ROWS), np.float32)
+    gemm.pack_rows(a, panels, 0, 1)
+    gemm._few_split(panels, bt, split, 2)
+    np.testing.assert_array_equal(split, out)
+
+
+def test_few_refuses_more_rows_than_a_panel() -> None:
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        gemm.few(np.zeros((17, 4), np.float32), np.zeros((3, 4), np.float32),
+                 np.zeros((17, 3), np.float32))
+
+
+@pytest.mark.usefixtures("wide")
+def test_a_few_row_product_takes_the_16_row_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(gemm, "few", lambda *a, f=gemm.few: (calls.append(1), f(*a))[1])
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((12, 256), dtype=np.float32)
+    w = rng.standard_normal((100, 256), dtype=np.float32)
+    out = np.full((12, 100), np.nan, np.float32)
+    quant.gemv(x, w, out)
+    assert calls
+    np.testing.assert_allclose(out, _want(x, w), rtol=1e-4, atol=1e-4)
