@@ -25,7 +25,7 @@ from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
-from .irblocks import LANES, VF, fmuladd, load_vector, row_pointer, splat
+from .irblocks import LANES, VF, fmuladd, intrinsic_args, load_vector, row_pointer, splat
 
 __all__ = ["MIN_ROWS", "WEIGHTS", "tiles", "transposed"]
 
@@ -53,11 +53,8 @@ def _tile(vectors: int, weights: int) -> Any:
         sig = types.void(xt, w, out, m, n)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
-            x_arr, w_arr, o_arr = (context.make_array(signature.args[i])(context, builder,
-                                                                          args[i])
-                                   for i in range(3))
-            m0, n0 = (context.cast(builder, args[i], signature.args[i], types.intp)
-                      for i in (3, 4))
+            (x_arr, w_arr, o_arr), (m0, n0) = intrinsic_args(context, builder, signature,
+                                                             args, 3)
             rows = [row_pointer(builder, w_arr, builder.add(n0, ir.Constant(_I64, r)))
                     for r in range(weights)]
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(VF, None))

@@ -33,10 +33,10 @@ from numba.extending import intrinsic as _intrinsic
 
 from . import pool, threads
 from ._compat import jit, prange
-from .irblocks import fmuladd, load_vector, splat
+from .irblocks import fmuladd, intrinsic_args, load_vector, splat
 
 __all__ = ["FEW_ROWS", "MIN_WORK", "SPAN", "column_share", "few", "few_tiles", "gemm", "pack",
-           "pack_rows", "product", "suits", "tile_rows", "tiles"]
+           "multiply_tile", "pack_rows", "suits", "tile_rows", "tiles"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
@@ -78,11 +78,8 @@ def _tile(weights: int, vectors: int = VECTORS) -> Any:
         sig = types.void(panels, bt, out, t, n)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
-            p_arr, b_arr, o_arr = (context.make_array(signature.args[i])(context, builder,
-                                                                          args[i])
-                                   for i in range(3))
-            t0, n0 = (context.cast(builder, args[i], signature.args[i], types.intp)
-                      for i in (3, 4))
+            (p_arr, b_arr, o_arr), (t0, n0) = intrinsic_args(context, builder, signature,
+                                                             args, 3)
             k_count = builder.extract_value(b_arr.shape, 1)
             b_rows, b_cols = (builder.extract_value(b_arr.strides, i) for i in (0, 1))
             b_base = builder.ptrtoint(b_arr.data, _I64)
@@ -279,14 +276,6 @@ def suits(m_rows: int, n: int, k_count: int) -> bool:
     return m_rows * n * k_count >= MIN_WORK and threads.wide_products()
 
 
-def product(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
-    """``out = a @ bt.T`` (float32), here where it `suits`, else by numpy's BLAS."""
-    if suits(a.shape[0], bt.shape[0], a.shape[1]):
-        gemm(a, bt, out)
-    else:
-        np.matmul(a, bt.T, out=out)
-
-
 def pack(a: np.ndarray) -> np.ndarray:
     """The panels of a (M, K) float32: (T * K, SPAN), T = M / SPAN rounded up, zero-padded."""
     m_rows, k_count = a.shape
@@ -398,6 +387,13 @@ def column_share(n: int, parts: int, p: int) -> tuple[int, int]:
     share = -(-n // parts)
     step = -(-share // WEIGHTS) * WEIGHTS
     return min(n, p * step), min(n, p * step + step)
+
+
+@jit(inline=True)
+def multiply_tile(panels: Any, tile: Any, out: Any, start: int, end: int) -> None:
+    """``out[:, start:end]`` from a's panels and a widened weight tile (its first rows)."""
+    count = panels.shape[0] // max(tile.shape[1], 1)
+    tiles(panels, tile[: end - start], out[:, start:end], 0, count, 0, end - start)
 
 
 @jit(inline=True)

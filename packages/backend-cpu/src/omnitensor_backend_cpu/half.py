@@ -129,7 +129,6 @@ def _wide_split(panels: Any, w: Any, flags: Any, out: Any, is_f16: bool, parts: 
     # `gemm`'s tiles on the widened weight, a tile per thread at a time (as `quant`'s);
     # without flags (empty) by the conversion instruction
     n, k = w.shape
-    count = panels.shape[0] // max(k, 1)
     rows = gemm.tile_rows(k)
     for p in prange(parts):
         lo, hi = gemm.column_share(n, parts, p)
@@ -140,8 +139,7 @@ def _wide_split(panels: Any, w: Any, flags: Any, out: Any, is_f16: bool, parts: 
                 _tile_direct(w, tile, start, end, is_f16)
             else:
                 _tile(w, flags, tile, start, end, is_f16)
-            gemm.tiles(panels, tile[: end - start], out[:, start:end], 0, count, 0,
-                       end - start)
+            gemm.multiply_tile(panels, tile, out, start, end)
 
 
 def _row_flags(w: Array, format: str) -> Array:

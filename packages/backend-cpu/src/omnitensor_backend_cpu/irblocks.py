@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 from llvmlite import ir
+from numba import types as _nb_types
 
-__all__ = ["LANES", "VF", "fmuladd", "load_quants", "load_vector", "row_pointer", "splat",
-           "widen_half"]
+__all__ = ["LANES", "VF", "fmuladd", "intrinsic_args", "load_quants", "load_vector",
+           "row_pointer", "splat", "widen_half"]
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -37,6 +38,16 @@ def row_pointer(builder: Any, array: Any, index: Any) -> Any:
     stride = builder.extract_value(array.strides, 0)
     start = builder.add(builder.ptrtoint(array.data, _I64), builder.mul(index, stride))
     return builder.inttoptr(start, _F32.as_pointer())
+
+
+def intrinsic_args(context: Any, builder: Any, signature: Any, args: Any,
+                   arrays: int) -> tuple[list[Any], list[Any]]:
+    """An intrinsic's first `arrays` arguments as numba array structs, the rest as intp."""
+    structs = [context.make_array(signature.args[i])(context, builder, args[i])
+               for i in range(arrays)]
+    ints = [context.cast(builder, args[i], signature.args[i], _nb_types.intp)
+            for i in range(arrays, len(args))]
+    return structs, ints
 
 
 def load_quants(builder: Any, row: Any, start: Any, size: int, nibbles: bool) -> Any:

@@ -460,7 +460,6 @@ def _wide_split(panels: Any, qs: Any, d: Any, mins: Any, out: Any, k: int, shift
     # `shift` a constant (inlined into the two entry points below), so that only the
     # dequantization for qs's kind is compiled; `highs` None: no fifth bits
     n = out.shape[1]
-    count = panels.shape[0] // max(k, 1)
     rows = gemm.tile_rows(k)
     for p in prange(parts):
         lo, hi = gemm.column_share(n, parts, p)
@@ -471,8 +470,7 @@ def _wide_split(panels: Any, qs: Any, d: Any, mins: Any, out: Any, k: int, shift
                 dequant.rows32(qs, d, mins, start, tile, 0, end - start, offsets, highs)
             else:
                 dequant.rows16(qs, d, mins, start, tile, 0, end - start, offsets)
-            gemm.tiles(panels, tile[: end - start], out[:, start:end], 0, count, 0,
-                       end - start)
+            gemm.multiply_tile(panels, tile, out, start, end)
 
 
 @jit(parallel=True)

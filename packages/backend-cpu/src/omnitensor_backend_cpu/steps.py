@@ -334,7 +334,7 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
                 a = slots[lhs] if lid else slots[lhs].transpose(lperm)
                 c = slots[rhs] if rid else slots[rhs].transpose(rperm)
                 result = get(slots)
-                gemm.product(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n))
+                gemm.gemm(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n))
                 slots[out] = result
 
             return gemm_step
