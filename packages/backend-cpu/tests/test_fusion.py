@@ -144,8 +144,8 @@ def test_bias_add_and_gelu_are_one_kernel_reading_the_bias_as_a_row(
     assert [i.op for i in exe.plan.groups[0].insts] == ["add", "gelu", "swiglu"]
     loads: list[tuple[bool, ...]] = []
     original = codegen.kernel_for
-    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(): (
-        loads.append(tuple(vectors)) or original(g, vectors, scalars)))
+    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(), columns=(): (
+        loads.append(tuple(vectors)) or original(g, vectors, scalars, columns)))
     rng = np.random.default_rng(2)
     xs = [(rng.normal(size=s) * 3).astype(dtype.np) for s in ((4, 9, 40), (40,), (4, 9, 40))]
     (got,) = backend.run(backend.compile(fn), xs)
@@ -174,8 +174,8 @@ def test_runtime_scalars_are_read_once_not_broadcast_out(
     fn = b.build([v])
     calls: list[tuple[tuple[bool, ...], tuple[bool, ...]]] = []
     original = codegen.kernel_for
-    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(): (
-        calls.append((tuple(vectors), tuple(scalars))) or original(g, vectors, scalars)))
+    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(), columns=(): (
+        calls.append((tuple(vectors), tuple(scalars))) or original(g, vectors, scalars, columns)))
     rng = np.random.default_rng(3)
     xs = [rng.normal(size=shape).astype(np.float32), np.asarray(1.7, np.float32),
           np.asarray(-0.25, np.float32), rng.normal(size=(40,)).astype(np.float32)]
@@ -189,3 +189,62 @@ def test_runtime_scalars_are_read_once_not_broadcast_out(
     scalars = (False, True, False, True) if with_bias else (False, True, True)
     assert [c[1] for c in calls] == [scalars]
     assert [c[0] for c in calls] == [(False, False, True, False) if with_bias else ()]
+
+
+def _normalized(shape: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    # (x - mean) * rstd * gamma: per-row statistics and a per-column weight, all broadcast
+    b = Builder()
+    x = b.input(TensorType(shape, float32))
+    mean = b.input(TensorType((*shape[:-1], 1), float32))
+    rstd = b.input(TensorType((*shape[:-1], 1), float32))
+    gamma = b.input(TensorType(shape[-1:], float32))
+    dims = tuple(range(len(shape)))
+    v = b.emit("sub", x, b.emit("broadcast_in_dim", mean, shape=shape, dims=dims))
+    v = b.emit("mul", v, b.emit("broadcast_in_dim", rstd, shape=shape, dims=dims))
+    v = b.emit("mul", v, b.emit("broadcast_in_dim", gamma, shape=shape, dims=(len(shape) - 1,)))
+    return b.build([v])
+
+
+def test_per_row_values_are_read_as_columns_not_broadcast_out(
+        backend: CpuBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import codegen
+
+    shape = (4, 9, 40)
+    fn = _normalized(shape)
+    calls: list[tuple[tuple[bool, ...], tuple[bool, ...]]] = []
+    original = codegen.kernel_for
+    monkeypatch.setattr(codegen, "kernel_for", lambda g, vectors=(), scalars=(), columns=(): (
+        calls.append((tuple(vectors), tuple(columns))) or original(g, vectors, scalars, columns)))
+    rng = np.random.default_rng(4)
+    xs = [rng.normal(size=s).astype(np.float32)
+          for s in (shape, (4, 9, 1), (4, 9, 1), (40,))]
+    exe = backend.compile(fn)
+    assert exe.plan.kinds.count("fused") == 1
+    (got,) = backend.run(exe, xs)
+    np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=2e-6, atol=1e-6)
+    # x whole, the statistics one per row, gamma one row
+    assert calls == [((False, False, False, True), (False, True, True, False))]
+
+
+@pytest.mark.parametrize("program", ["flat", "rows"])
+@pytest.mark.parametrize("n", [1, 63, 1000])
+def test_large_groups_split_on_the_openmp_workers_where_products_do(
+        backend: CpuBackend, monkeypatch: pytest.MonkeyPatch, program: str, n: int) -> None:
+    from omnitensor_backend_cpu import pool, threads
+
+    monkeypatch.setattr(threads, "wide_products", lambda: True)
+    monkeypatch.setattr(threads, "count", lambda: 2)
+    monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    pooled: list[int] = []
+    monkeypatch.setattr(pool, "parallel_for", lambda count, body, *a, **k: (
+        pooled.append(count), body(0, count)))
+    shape = (n, 3, 40)
+    fn = _chain(shape) if program == "flat" else _normalized(shape)
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=v.value.type.shape).astype(np.float32) for v in fn.inputs]
+    exe = backend.compile(fn)
+    (got,) = backend.run(exe, xs)
+    # every range written (an odd count of rows or elements splits unevenly), none twice
+    np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=2e-6, atol=1e-6)
+    # on the workers, not the pool (but 120 elements are less than two 64-element ranges)
+    assert pooled == ([120] if program == "flat" and n == 1 else [])

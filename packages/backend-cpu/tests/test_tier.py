@@ -104,3 +104,23 @@ def test_a_large_programs_small_composites_run_kernels(
         assert exe.plan.kinds[0] == kind, exe.plan.labels
         xs = [np.ones((1, 64), np.float32), np.ones((rows, 64), np.float32)]
         np.testing.assert_allclose(backend.run(exe, xs)[0], evaluate(fn, xs)[0], rtol=1e-5)
+
+
+def test_a_program_with_a_compiled_group_compiles_its_small_ones_too(
+        backend: CpuBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a training step: its (128,) bias updates beside (512, 128) weight updates
+    monkeypatch.setenv(codegen.MIN_ELEMENTS_ENV, "4096")
+    b = Builder()
+    outs = []
+    for n in (5000, 100):
+        x = b.input(TensorType((n,), float32))
+        half = b.emit("broadcast_in_dim", b.constant(0.5, "float32"), shape=(n,), dims=())
+        outs.append(b.emit("add", b.emit("mul", b.emit("mul", x, half), b.emit("tanh", x)), x))
+    fn = b.build(outs)
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["fused", "fused"]
+    xs = [np.linspace(-4, 4, n, dtype=np.float32) for n in (5000, 100)]
+    for got, want in zip(backend.run(exe, xs), evaluate(fn, xs), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    # alone, the small one stays on numpy
+    assert backend.compile(_gelu_like(100)).plan.kinds == ["ref"]

@@ -178,7 +178,8 @@ class FusedGroup:
     literals: dict[int, Any]
     outputs: list[int]
 
-    def source(self, vectors: Sequence[bool] = (), scalars: Sequence[bool] = ()) -> str:
+    def source(self, vectors: Sequence[bool] = (), scalars: Sequence[bool] = (),
+               columns: Sequence[bool] = ()) -> str:
         """The kernel module's source (its hash names the file).
 
         Without `vectors`, ``flat(n, *ins, *outs)`` over 1-D operands. With them (one flag per
@@ -186,7 +187,9 @@ class FusedGroup:
         (m,) row read by every row (a bias broadcast over the leading axes, not copied). An
         input flagged in `scalars` is one element (a 1-element array), read once before the
         loops: a runtime scalar broadcast to the group's shape (an optimizer's per-step
-        factor), not copied out to the whole shape.
+        factor), not copied out to the whole shape. An input flagged in `columns` (rows kernel
+        only) is one (n,) column, one value per row: a per-row statistic broadcast along the
+        row (a layer norm's mean in its backward pass), not copied out either.
         """
         dtypes = {v.id: _dtype(v.type) for i in self.insts
                   for v in (*i.operands, *i.results)}
@@ -200,7 +203,9 @@ class FusedGroup:
             consts.append(f"C{k} = {_np(dtypes[vid])}({text})")
         scalar = [k < len(scalars) and scalars[k] for k in range(len(self.inputs))]
         hoisted = [f"x{k} = in{k}[0]" for k in range(len(self.inputs)) if scalar[k]]
-        body: list[str] = [f"x{k} = in{k}[{'c' if k < len(vectors) and vectors[k] else 'IDX'}]"
+        vector = [k < len(vectors) and vectors[k] for k in range(len(self.inputs))]
+        column = [k < len(columns) and columns[k] for k in range(len(self.inputs))]
+        body: list[str] = [f"x{k} = in{k}[{'c' if vector[k] else 'r' if column[k] else 'IDX'}]"
                            for k in range(len(self.inputs)) if not scalar[k]]
         for k, inst in enumerate(self.insts):
             expr = _expr(inst, [names[v.id] for v in inst.operands])
@@ -221,7 +226,7 @@ class FusedGroup:
             f"# omnitensor fused kernel (mathlib {mathlib.SOURCE_HASH}, numba {NUMBA_VERSION})",
             "import math",
             "import numpy as np",
-            "from omnitensor_backend_cpu._compat import jit",
+            "from omnitensor_backend_cpu._compat import jit, prange",
             ("from omnitensor_backend_cpu.mathlib import activation64, erf32, erf32f, exp32, "
              "exp32f, gelu_erf32f, gelu_tanh32f, logistic32, logistic32f, silu32f, tanh32, "
              "tanh32f"),
@@ -230,15 +235,29 @@ class FusedGroup:
             f"FM = {_FASTMATH}",
             "",
         ]
-        if any(vectors):
+        # the parts of `split` take ranges of every operand but the whole ones (scalars, rows)
+        whole = [scalar[k] or vector[k] for k in range(len(self.inputs))]
+        ranged = ", ".join([f"in{k}" if whole[k] else f"in{k}[lo:hi]"
+                            for k in range(len(self.inputs))]
+                           + [f"out{k}[lo:hi]" for k in range(len(self.outputs))])
+        if any(vector) or any(column):
             lines += ["@jit(fastmath=FM)", f"def rows(n, m, {params}):",
                       *[f"    {line}" for line in hoisted], "    for r in range(n):",
                       "        for c in range(m):"]
             lines += [f"            {line.replace('IDX', 'r, c')}" for line in body]
+            call = f"rows(hi - lo, m, {ranged})"
+            head = f"def split(parts, step, n, m, {params}):"
         else:
             lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):",
                       *[f"    {line}" for line in hoisted], "    for i in range(n):"]
             lines += [f"        {line.replace('IDX', 'i')}" for line in body]
+            call = f"flat(hi - lo, {ranged})"
+            head = f"def split(parts, step, n, {params}):"
+        # NOTE: the parallel twin is compiled on its first call only (a large call where
+        # `threads.wide_products`): see `kernel_for`
+        lines += ["", "", "@jit(fastmath=FM, parallel=True)", head,
+                  "    for p in prange(parts):", "        lo = min(n, p * step)",
+                  "        hi = min(n, lo + step)", f"        {call}"]
         lines.append("")
         return "\n".join(lines)
 
@@ -288,13 +307,16 @@ def load_kernel(source: str) -> ModuleType:
         return module
 
 
-def kernel_for(group: FusedGroup, vectors: Sequence[bool] = (),
-               scalars: Sequence[bool] = ()) -> Callable[..., Any]:
-    """`group`'s kernel: ``flat`` over C-contiguous 1-D operands, or ``rows`` (`vectors`).
+def kernel_for(group: FusedGroup, vectors: Sequence[bool] = (), scalars: Sequence[bool] = (),
+               columns: Sequence[bool] = ()) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """`group`'s kernels: ``flat`` over 1-D operands, or ``rows`` (any `vectors` or `columns`).
 
-    Inputs flagged in `scalars` are 1-element arrays (see `FusedGroup.source`). Serial: the
-    plan splits large calls over threads with `pool.parallel_for`.
+    Inputs flagged in `scalars` are 1-element arrays (see `FusedGroup.source`). Returns the
+    serial kernel, which the plan splits over `pool`'s threads, and its parallel twin
+    ``split(parts, step, *args)`` running ``parts`` ranges of ``step`` (rows or elements) on
+    numba's OpenMP workers, for where those run the products (`threads.wide_products`) and
+    would spin beside the pool's threads.
     """
-    module = load_kernel(group.source(vectors, scalars))
-    kernel: Callable[..., Any] = module.rows if any(vectors) else module.flat
-    return kernel
+    module = load_kernel(group.source(vectors, scalars, columns))
+    kernel: Callable[..., Any] = module.rows if any(vectors) or any(columns) else module.flat
+    return kernel, module.split

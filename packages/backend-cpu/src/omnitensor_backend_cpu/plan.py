@@ -138,18 +138,19 @@ def _split_work(group: FusedGroup, size: int) -> int:
     return max(1, size * cost // 8)
 
 
-def _fused_step(group: FusedGroup, index: int) -> Draft:
+def _fused_step(group: FusedGroup, index: int, large: bool) -> Draft:
     ins, outs = list(group.inputs), list(group.outputs)
     size = math.prod(group.shape)
     work = _split_work(group, size)
     owned = [Owned(v, group.shape, _dtype_of(group, v), index) for v in outs]
-    small = size < codegen.min_elements()
+    small = not large and size < codegen.min_elements()
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         out_get = [getters[v] for v in outs]
 
         def compiled() -> Step:
-            kernels: dict[tuple[int, tuple[bool, ...], tuple[bool, ...]], Callable[..., Any]] = {}
+            kernels: dict[tuple[int, tuple[bool, ...], tuple[bool, ...], tuple[bool, ...]],
+                          tuple[Callable[..., Any], Callable[..., Any]]] = {}
 
             def step(slots: Slots) -> None:
                 arrays = [slots[i] for i in ins]
@@ -161,16 +162,24 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
                 # a bias broadcast over rows is read as one row by a (rows, cols) kernel
                 vectors = tuple(not s and not a.flags.c_contiguous and _repeats(a, split)
                                 for a, s in zip(arrays, scalars, strict=True)) if split else ()
-                key = (split, vectors, scalars)
-                kernel = kernels.get(key)
-                if kernel is None:
-                    kernel = kernels[key] = codegen.kernel_for(group, vectors, scalars)
+                # and a per-row value broadcast along the rows as one column
+                columns = tuple(not s and not v and not a.flags.c_contiguous
+                                and _per_row(a, split) for a, s, v in
+                                zip(arrays, scalars, vectors, strict=True)) if split else ()
+                key = (split, vectors, scalars, columns)
+                found = kernels.get(key)
+                if found is None:
+                    found = kernels[key] = codegen.kernel_for(group, vectors, scalars, columns)
+                kernel, twin = found
                 if split:
                     rows = math.prod(group.shape[:split])
                     cols = size // rows
                     operands = [_one(a) if s else a[(0,) * split].reshape(cols) if v else
+                                np.ascontiguousarray(a[(Ellipsis, *(0,) * (a.ndim - split))]
+                                                     ).reshape(rows) if c else
                                 np.ascontiguousarray(a).reshape(rows, cols)
-                                for a, v, s in zip(arrays, vectors, scalars, strict=True)]
+                                for a, v, s, c in zip(arrays, vectors, scalars, columns,
+                                                      strict=True)]
                     whole = [v or s for v, s in zip(vectors, scalars, strict=True)]
                     outputs = [r.reshape(rows, cols) for r in results]
 
@@ -179,7 +188,11 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
                                                 zip(operands, whole, strict=True)],
                                *[r[lo:hi] for r in outputs])
 
-                    pool.parallel_for(rows, part, work=work)
+                    ranges = pool.worker_ranges(rows, work)
+                    if ranges is None:
+                        pool.parallel_for(rows, part, work=work)
+                    else:
+                        twin(*ranges, rows, cols, *operands, *outputs)
                 else:
                     # NOTE: other strided and broadcast operands are copied contiguous first:
                     # one extra pass over them, against a loop nest over arbitrary strides that
@@ -189,9 +202,13 @@ def _fused_step(group: FusedGroup, index: int) -> Draft:
                             for a, s in zip(arrays, scalars, strict=True)]
                     flats = [*args, *[r.reshape(-1) for r in results]]
                     ranged = [*[not s for s in scalars], *[True] * len(results)]
-                    pool.parallel_for(size, lambda lo, hi: kernel(
-                        hi - lo, *[a[lo:hi] if r else a for a, r in
-                                   zip(flats, ranged, strict=True)]), work=work, grain=64)
+                    ranges = pool.worker_ranges(size, work, grain=64)
+                    if ranges is None:
+                        pool.parallel_for(size, lambda lo, hi: kernel(
+                            hi - lo, *[a[lo:hi] if r else a for a, r in
+                                       zip(flats, ranged, strict=True)]), work=work, grain=64)
+                    else:
+                        twin(*ranges, size, *flats)
                 for v, r in zip(outs, results, strict=True):
                     slots[v] = r
 
@@ -216,11 +233,17 @@ def _repeats(a: Array, split: int) -> bool:
             and a[(0,) * split].flags.c_contiguous)
 
 
+def _per_row(a: Array, split: int) -> bool:
+    """True when `a` holds one value per row (of the first `split` axes): zero strides after."""
+    return 0 < split < a.ndim and not any(a.strides[split:])
+
+
 def _row_split(arrays: Sequence[Array]) -> int:
     """How many leading axes a fused kernel runs as rows (0: every operand is read flat).
 
-    Those the first repeated operand repeats over: a bias of (C,) broadcast to (B, T, C)
-    repeats over 2 axes, and is read in place as one row of C, not copied to (B, T, C).
+    Those the first broadcast operand implies: a bias of (C,) broadcast to (B, T, C) repeats
+    over 2 axes, and is read in place as one row of C, not copied to (B, T, C); a (B, T, 1)
+    statistic broadcast to (B, T, C) holds one value per row of C, read as a column of B x T.
     """
     for a in arrays:
         if a.flags.c_contiguous or not a.ndim:
@@ -230,6 +253,11 @@ def _row_split(arrays: Sequence[Array]) -> int:
             split += 1
         if _repeats(a, split) and a[(0,) * split].size >= 16:
             return split
+        tail = a.ndim
+        while tail > 0 and a.strides[tail - 1] == 0:
+            tail -= 1
+        if _per_row(a, tail) and math.prod(a.shape[tail:]) >= 16:
+            return tail
     return 0
 
 
@@ -355,15 +383,20 @@ def build_plan(function: Function) -> Plan:
     grouped = {id(i) for g in groups.values() for i in g.insts}
     values = [*(i.value.type for i in function.inputs),
               *(v.type for inst in function.body for v in inst.results)]
+    # NOTE: a program that loads numba anyway (a large value, or a fused group above the
+    # reference tier) runs every group and composite compiled: its small ones (a training
+    # step's AdamW updates of (128,) biases, 30 numpy calls each) cost microseconds there, and
+    # their kernels are the large ones' (kernels take sizes as arguments)
     large = max((math.prod(getattr(t, "shape", ())) for t in values), default=0) >= (
-        LARGE_PROGRAM)
+        LARGE_PROGRAM) or any(math.prod(g.shape) >= codegen.min_elements()
+                              for g in groups.values())
     drafts: list[Draft] = []
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
         if idx in groups:
             group = groups[idx]
-            drafts.append(_fused_step(group, len(drafts)))
+            drafts.append(_fused_step(group, len(drafts), large))
             ops = "+".join(i.op for i in group.insts)
             drafts[-1].label = f"{drafts[-1].kind}:{ops}{group.shape}"
             continue

@@ -24,7 +24,7 @@ from typing import Final
 
 from . import threads
 
-__all__ = ["MIN_SPLIT", "parallel_for", "parts"]
+__all__ = ["MIN_SPLIT", "parallel_for", "parts", "worker_ranges"]
 
 #: Units of work (elements, or the caller's own measure) under which a call is not split.
 MIN_SPLIT: Final = 1 << 17
@@ -45,6 +45,23 @@ def parts(n: int, work: int | None = None, grain: int = 1) -> int:
     """How many ranges `parallel_for` splits ``range(n)`` into (1: run on the caller)."""
     count = min(threads.count(), max(1, n // max(grain, 1)))
     return 1 if count <= 1 or (n if work is None else work) < MIN_SPLIT else count
+
+
+def worker_ranges(n: int, work: int | None = None, grain: int = 1) -> tuple[int, int] | None:
+    """``(parts, step)`` where a call splits on numba's OpenMP workers instead of this pool.
+
+    Where those workers run the products (`threads.wide_products`: `gemm`, attention), they
+    spin for a while after every parallel region, and this pool's threads then share the
+    cores with them (a training step's AdamW update of a (512, 128) weight ran no faster on
+    two of them than on one). There a kernel with a ``prange`` twin runs ``parts`` ranges of
+    ``step`` iterations (a multiple of `grain`) on the workers; None where the call runs on
+    one thread, or on this pool (`parallel_for`).
+    """
+    count = parts(n, work, grain)
+    if count <= 1 or not threads.wide_products():
+        return None
+    step = -(-n // count)
+    return count, -(-step // grain) * grain
 
 
 def parallel_for(n: int, body: Callable[[int, int], None], work: int | None = None,
