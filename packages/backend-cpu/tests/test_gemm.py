@@ -60,18 +60,26 @@ def test_gemm_reads_and_writes_through_strides() -> None:
     np.testing.assert_allclose(columns, _want(a, w.T), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("m", [40, 300])  # panels split by columns; by rows (4+ a thread)
-def test_both_thread_splits_give_the_same_product(m: int) -> None:
+@pytest.mark.parametrize(("m", "k", "transposed", "parts"), [
+    (40, 48, False, 2),  # few panels: out's columns split
+    (300, 48, False, 2),  # panels split by rows (4+ a thread)
+    (300, 48, True, 2),  # a transposed but too few terms: by rows
+    (130, 131, True, 2),  # a transposed (dY.T @ X): the sum split, shares uneven
+    (70, 400, True, 3),  # ... over three threads: two partial sums added
+])
+def test_every_thread_split_gives_the_same_product(
+        monkeypatch: pytest.MonkeyPatch, m: int, k: int, transposed: bool, parts: int) -> None:
+    from omnitensor_backend_cpu import pool
+
+    monkeypatch.setattr(pool, "parts", lambda *a, **kw: parts)
     rng = np.random.default_rng(m)
-    a = rng.standard_normal((m, 48), dtype=np.float32)
-    bt = rng.standard_normal((61, 48), dtype=np.float32)
-    out = np.full((m, 61), np.nan, np.float32)
-    panels = np.empty((-(-m // gemm.SPAN) * 48, gemm.SPAN), np.float32)
-    by_rows = -(-m // gemm.SPAN) >= 8
-    if not by_rows:
-        gemm.pack_rows(a, panels, 0, -(-m // gemm.SPAN))
-    gemm._split(a, bt, out, panels, 2, by_rows)
-    np.testing.assert_allclose(out, _want(a, bt), rtol=1e-5, atol=1e-5)
+    a = rng.standard_normal((k, m) if transposed else (m, k), dtype=np.float32)
+    a = a.T if transposed else a
+    bt = rng.standard_normal((61, k), dtype=np.float32)
+    for _ in range(8):  # threads that overran each other's panels would differ now and then
+        out = np.full((m, 61), np.nan, np.float32)
+        gemm.gemm(a, bt, out)
+        np.testing.assert_allclose(out, _want(a, bt), rtol=1e-5, atol=1e-4)
     assert gemm.column_share(61, 2, 0) == (0, 36) and gemm.column_share(61, 2, 1) == (36, 61)
 
 
