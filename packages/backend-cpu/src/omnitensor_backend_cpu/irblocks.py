@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 from llvmlite import ir
 from numba import types as _nb_types
 
-__all__ = ["LANES", "VF", "fmuladd", "intrinsic_args", "load_quants", "load_vector",
-           "row_pointer", "splat", "widen_half"]
+__all__ = ["LANES", "VF", "fmuladd", "host_lanes", "intrinsic_args", "load_quants",
+           "load_vector", "row_pointer", "splat", "widen_half"]
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 
 #: Floats per vector of the float32 kernels written in IR (one AVX2 register).
 LANES: Final = 8
 VF: Final = ir.VectorType(_F32, LANES)
+
+
+@functools.cache
+def host_lanes() -> int:
+    """Float32 lanes of this CPU's widest vectors: 16 with AVX-512, else `LANES`."""
+    from llvmlite import binding
+
+    features: Any = binding.get_host_cpu_features()
+    return 16 if features.get("avx512f", False) else LANES
 
 
 def fmuladd(builder: Any, a: Any, b: Any, c: Any) -> Any:
