@@ -230,19 +230,3 @@ def test_dot_step_knows_where_the_outer_product_tiles_start() -> None:
     from omnitensor_backend_cpu import fewrows, steps
 
     assert steps._FEWROWS_MIN_ROWS == fewrows.MIN_ROWS
-
-
-@pytest.mark.parametrize("fmt", [*FORMATS, "q5_k"])
-@pytest.mark.parametrize("m", [5, 8, 13, 16])
-def test_long_rows_multiply_in_spans_like_whole_rows(fmt: str, m: int,
-                                                     assert_qmatmul_close: Any) -> None:
-    # 2560: two whole spans of 1024 (16 rows) and a half one, or one of 2048 (8 rows) and a
-    # quarter: every row's sums from several spans, the offsets taken once
-    rng = np.random.default_rng(7)
-    n, k = 12, 2560
-    blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
-    packed = quant.pack(blocks, fmt, (n, k))
-    x = rng.normal(size=(m, k)).astype(np.float32)
-    out = np.full((m, n), np.nan, np.float32)
-    quant.qmatmul(x, packed, out)
-    assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)

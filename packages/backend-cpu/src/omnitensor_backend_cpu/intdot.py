@@ -50,11 +50,6 @@ _LANES: Final = 8
 #: Float sums per activation row in the one-row kernels over int8 weights (`_dot_kernel`).
 _ONE_ROW_WAYS: Final = 2
 
-#: Bytes of the int16 activation rows' span that `_rows` multiplies by every weight row before
-#: going on (in L1 beside the weight rows), and the fewest elements of a span.
-_SPAN_BYTES: Final = 32768
-_SPAN_MIN: Final = 256
-
 #: Bytes ahead of the block being read that each block prefetches in its weight row (rows are
 #: contiguous, so this runs on into the next rows). The hardware prefetcher alone kept too few
 #: lines in flight: a 4864 x 896 int8 product from DRAM on 2 threads took 202-231 us without,
@@ -98,7 +93,7 @@ def _byte(builder: Any, column: Any, nibbles: bool) -> Any:
 
 
 def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
-    """An intrinsic ``dot(qs, n, xq, m, d, xd, highs, lo, hi)`` for sub-blocks of ``1 << shift``.
+    """An intrinsic ``dot(qs, n, xq, m, d, xd, highs)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
     sum_{j in b} qs[n, j] * xq[r, j]`` over C-contiguous int8 `qs` (N, K), int16 `xq` (M, K)
@@ -112,14 +107,12 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
     ``nibble - 16 * bit``, in -16..15. Else `highs` is None.
 
     `ways`: float sums per row over int8 weights, taking the blocks of a line in turn.
-
-    The sum runs over blocks ``lo .. hi - 1``, `lo` a multiple of 8 (a 64-byte line's blocks).
     """
     size = 1 << shift
 
     @intrinsic  # type: ignore[untyped-decorator]
     def dot(typingctx: Any, qs: Any, n: Any, xq: Any, m: Any, d: Any, xd: Any,
-            highs: Any, lo: Any, hi: Any) -> Any:
+            highs: Any) -> Any:
         nibbles = isinstance(qs, types.Array) and qs.dtype == types.uint8 and size == 32
         five = not isinstance(highs, types.NoneType)
         if five and not (nibbles and isinstance(highs, types.Array) and highs.ndim == 2
@@ -141,9 +134,7 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                   and d.dtype == types.float32):
             return None
         result = types.float32 if rows == 1 else types.UniTuple(types.float32, rows)
-        if not all(isinstance(v, types.Integer) for v in (lo, hi)):
-            return None
-        sig = result(qs, n, xq, m, d, xd, highs, lo, hi)
+        sig = result(qs, n, xq, m, d, xd, highs)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             q_arr, x_arr, xd_arr = (
@@ -153,8 +144,6 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
             col = context.cast(builder, args[3], signature.args[3], types.intp)
             k = builder.extract_value(x_arr.shape, 1)
             blocks = builder.ashr(k, ir.Constant(k.type, shift))
-            lo, hi = (context.cast(builder, args[i], signature.args[i], types.intp)
-                      for i in (7, 8))
             q_row = builder.gep(q_arr.data, [builder.mul(row, builder.extract_value(q_arr.shape,
                                                                                     1))])
             if five:
@@ -191,9 +180,10 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                 xd_rows.append(builder.gep(xd_arr.data, [builder.mul(at, blocks)]))
             # NOTE: for several activation rows, a 32-weight int8 block's 16 pair sums stay 16
             # float lanes where the CPU has 16-float vectors, instead of being folded to 8
-            # first: a fold less a block and row (16-row Q8_0 products on 2 threads, against
-            # 8 lanes, alternating processes: 9728 x 896 1.04-1.07 against 1.22-1.25 ms, 1152
-            # x 896 0.134 against 0.155). One row kept 8 (0.15-0.17 against 0.13-0.16 ms for
+            # first: a fold less a block and row (16-row Q8_0 products on 2 threads, weights
+            # from memory, against 8 lanes, alternating processes: 9728 x 896 1.06-1.09
+            # against 1.23-1.30 ms; 896 x 4864 0.72-0.73 against 0.68-0.69, its rows of x
+            # come from L2 either way). One row kept 8 (0.15-0.17 against 0.13-0.16 ms for
             # 9728 x 896); nibbles and 16-weight blocks give 8 lanes anyway.
             lanes = host_lanes() if size == 32 and not nibbles and rows > 1 else _LANES
             vf = ir.VectorType(_F32, lanes)
@@ -299,18 +289,16 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
             # blocks (`pair`): a 4864 x 896 Q4_K product 0.76x / 0.78x / 0.80x the time at 1, 4
             # and 16 rows, 896 x 4864 0.72x / 0.86x / 0.92x (same process, interleaved medians)
             per_line = 64 // (size // 2 if nibbles else size)
-            log_line = ir.Constant(blocks.type, per_line.bit_length() - 1)
-            lines = builder.ashr(hi, log_line)
-            with cgutils.for_range_slice(builder, builder.ashr(lo, log_line), lines,
-                                         ir.Constant(blocks.type, 1)) as (line, _):
-                first = builder.mul(line, ir.Constant(blocks.type, per_line))
+            lines = builder.ashr(blocks, ir.Constant(blocks.type, per_line.bit_length() - 1))
+            with cgutils.for_range(builder, lines) as loop:
+                first = builder.mul(loop.index, ir.Constant(blocks.type, per_line))
                 _prefetch(builder, builder.gep(q_row, [builder.add(
                     _byte(builder, builder.shl(first, ir.Constant(first.type, shift)), nibbles),
                     ir.Constant(first.type, _PREFETCH_BYTES))]))
                 products = scale_products(first, per_line)
                 plane = None
                 if five:  # the line's 128 fifth bits: lane j's byte holds 4 for each pair
-                    at = builder.shl(line, ir.Constant(line.type, 4))
+                    at = builder.shl(loop.index, ir.Constant(loop.index.type, 4))
                     _prefetch(builder, builder.gep(h_row, [builder.add(
                         at, ir.Constant(at.type, _PREFETCH_BYTES // 4))]))
                     plane = builder.zext(builder.load(builder.bitcast(
@@ -328,11 +316,11 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
             done = builder.mul(lines, ir.Constant(blocks.type, per_line))
             if nibbles:  # a last pair, in the interleaved layout too
                 two = ir.Constant(blocks.type, 2)
-                with builder.if_then(builder.icmp_signed(">=", builder.sub(hi, done), two)):
+                with builder.if_then(builder.icmp_signed(">=", builder.sub(blocks, done), two)):
                     pair(done, [spread(p, [0] * 4 + [1] * 4) for p in scale_products(done, 2)])
-                last_pair = builder.and_(builder.sub(hi, done), two)
+                last_pair = builder.and_(builder.sub(blocks, done), two)
                 done = builder.add(done, last_pair)
-            with cgutils.for_range_slice(builder, done, hi,
+            with cgutils.for_range_slice(builder, done, blocks,
                                          ir.Constant(blocks.type, 1)) as (b, _):
                 block(b, True)
             values = []
@@ -391,17 +379,8 @@ def quantize_rows(x: Any, xq: Any, xd: Any, shift: int) -> bool:
 
 @jit(inline=True)
 def store4(out: Any, offsets: Any, xsum: Any, m: int, n: int, a0: Any, a1: Any, a2: Any,
-           a3: Any, first: bool = True) -> None:
-    """Out[m..m+3, n] = the four rows' sums less weight row n's `offsets` times `xsum`.
-
-    Not `first`: the sums of a later span of the rows, added to what is there.
-    """
-    if not first:
-        out[m, n] += a0
-        out[m + 1, n] += a1
-        out[m + 2, n] += a2
-        out[m + 3, n] += a3
-        return
+           a3: Any) -> None:
+    """Out[m..m+3, n] = the four rows' sums less weight row n's `offsets` times `xsum`."""
     for b in range(offsets.shape[0]):
         a0 -= xsum[m, b] * offsets[b]
         a1 -= xsum[m + 1, b] * offsets[b]
@@ -547,51 +526,36 @@ def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo:
     m_rows = xq.shape[0]
     buf = np.empty(xd.shape[1], np.float32)
     mbuf = np.empty(xsum.shape[1], np.float32)
-    blocks = xd.shape[1]
-    # NOTE: long rows go in spans, every weight row's span before the next span: the int16
-    # activation rows' span (`_SPAN_BYTES` in all) stays in L1 while the weight rows stream
-    # by, where 16 whole rows of 4864 (156 KB) came from L2 for every weight row (a 16-row
-    # 896 x 4864 Q8_0 product, 2 threads, with the 16 lanes above: 0.60-0.63 against
-    # 0.67-0.74 ms in whole rows). One row of up to 16384 stays whole.
-    span = max(_SPAN_MIN, _SPAN_BYTES // (2 * max(m_rows, 1)) // _SPAN_MIN * _SPAN_MIN) >> shift
-    for b_lo in range(0, blocks, span):
-        b_hi = min(blocks, b_lo + span)
-        first = b_lo == 0
-        for n in range(lo, hi):
-            scales = _kernel_scales(d, n, buf)
-            offsets = row_scales(mins, n, mbuf)
-            m = 0
-            # NOTE: eight activation rows per pass over the weight row, each block loaded and
-            # widened once for them: a 16-token prefill's Q8_0 products ran 4-6 % faster than
-            # with four (9728 x 896: 1.19-1.20 against 1.26 ms on 2 threads, interleaved);
-            # sixteen were slower again (their sums no longer stay in registers)
-            while m + 8 <= m_rows:
-                if shift == 5:
-                    a0, a1, a2, a3, a4, a5, a6, a7 = _dot32x8(qs, n, xq, m, scales, xd, highs,
-                                                              b_lo, b_hi)
-                else:
-                    a0, a1, a2, a3, a4, a5, a6, a7 = _dot16x8(qs, n, xq, m, scales, xd, None,
-                                                              b_lo, b_hi)
-                store4(out, offsets, xsum, m, n, a0, a1, a2, a3, first)
-                store4(out, offsets, xsum, m + 4, n, a4, a5, a6, a7, first)
-                m += 8
-            while m + 4 <= m_rows:
-                if shift == 5:
-                    a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, scales, xd, highs, b_lo, b_hi)
-                else:
-                    a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, scales, xd, None, b_lo, b_hi)
-                store4(out, offsets, xsum, m, n, a0, a1, a2, a3, first)
-                m += 4
-            while m < m_rows:
-                acc = (_dot32(qs, n, xq, m, scales, xd, highs, b_lo, b_hi) if shift == 5
-                       else _dot16(qs, n, xq, m, scales, xd, None, b_lo, b_hi))
-                if first:
-                    for b in range(offsets.shape[0]):
-                        acc -= xsum[m, b] * offsets[b]
-                    out[m, n] = acc
-                else:
-                    out[m, n] += acc
-                m += 1
+    for n in range(lo, hi):
+        scales = _kernel_scales(d, n, buf)
+        offsets = row_scales(mins, n, mbuf)
+        m = 0
+        # NOTE: eight activation rows per pass over the weight row, each block loaded and
+        # widened once for them: a 16-token prefill's Q8_0 products ran 4-6 % faster than
+        # with four (9728 x 896: 1.19-1.20 against 1.26 ms on 2 threads, interleaved); sixteen
+        # were slower again (their sums no longer stay in registers)
+        while m + 8 <= m_rows:
+            if shift == 5:
+                a0, a1, a2, a3, a4, a5, a6, a7 = _dot32x8(qs, n, xq, m, scales, xd, highs)
+            else:
+                a0, a1, a2, a3, a4, a5, a6, a7 = _dot16x8(qs, n, xq, m, scales, xd, None)
+            store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+            store4(out, offsets, xsum, m + 4, n, a4, a5, a6, a7)
+            m += 8
+        while m + 4 <= m_rows:
+            if shift == 5:
+                a0, a1, a2, a3 = _dot32x4(qs, n, xq, m, scales, xd, highs)
+            else:
+                a0, a1, a2, a3 = _dot16x4(qs, n, xq, m, scales, xd, None)
+            store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+            m += 4
+        while m < m_rows:
+            acc = (_dot32(qs, n, xq, m, scales, xd, highs) if shift == 5
+                   else _dot16(qs, n, xq, m, scales, xd, None))
+            for b in range(offsets.shape[0]):
+                acc -= xsum[m, b] * offsets[b]
+            out[m, n] = acc
+            m += 1
 
 
 @jit()
