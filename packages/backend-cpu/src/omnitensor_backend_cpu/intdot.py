@@ -30,7 +30,16 @@ from numba.extending import overload as _overload
 
 from . import pool
 from ._compat import jit, prange
-from .irblocks import host_lanes, load_quants, splat, widen_half
+from .intpairs import PREFETCH_BYTES, pair16x4, pair16x8, pair32x4, pair32x8
+from .irblocks import (
+    every_other,
+    halves_added,
+    host_lanes,
+    load_quants,
+    prefetch,
+    splat,
+    widen_half,
+)
 
 __all__ = ["SHIFTS", "quantize_rows", "row_scales", "run"]
 
@@ -54,27 +63,7 @@ _ONE_ROW_WAYS: Final = 2
 #: contiguous, so this runs on into the next rows). The hardware prefetcher alone kept too few
 #: lines in flight: a 4864 x 896 int8 product from DRAM on 2 threads took 202-231 us without,
 #: 164-190 us with 1-8 KB ahead (interleaved medians, 28-30 against 21-24 GB/s).
-_PREFETCH_BYTES: Final = 2048
-
-
-def _prefetch(builder: Any, address: Any) -> None:
-    """A read prefetch of `address` into every cache level (a hint: it never faults)."""
-    i8p = _I8.as_pointer()
-    module = builder.module
-    fn = module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-        module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
-    builder.call(fn, [builder.bitcast(address, i8p), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
-                      ir.Constant(_I32, 1)])
-
-
-def _lanes(builder: Any, vec: Any, lo: int, count: int) -> Any:
-    return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
-                                                        list(range(lo, lo + count))))
-
-
-def _strided(builder: Any, vec: Any, start: int, count: int) -> Any:
-    return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
-                                                        list(range(start, 2 * count, 2))))
+_PREFETCH_BYTES: Final = PREFETCH_BYTES
 
 
 def _lane_sixteens(builder: Any, plane: Any, bit: int) -> Any:
@@ -206,13 +195,13 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                 return builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
                                               ir.Constant(ir.VectorType(_I32, len(picks)), picks))
 
-            def block(b: Any, prefetch: bool, scales: list[tuple[Any, int]] | None = None,
+            def block(b: Any, ahead: bool, scales: list[tuple[Any, int]] | None = None,
                       way: int = 0) -> None:
                 at = builder.shl(b, ir.Constant(b.type, shift))
                 q = load_quants(builder, q_row, at, size, nibbles)
                 qw = builder.zext(q, wide) if nibbles else builder.sext(q, wide)
-                if prefetch:
-                    _prefetch(builder, builder.gep(q_row, [
+                if ahead:
+                    prefetch(builder, builder.gep(q_row, [
                         builder.add(_byte(builder, at, nibbles),
                                     ir.Constant(at.type, _PREFETCH_BYTES))]))
                 dq = None if scales else weight_scales(b, 1)
@@ -223,13 +212,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                                      align=2)
                     p = builder.mul(qw, builder.sext(x, wide))
                     # even + odd lanes: the pattern of a 16-bit pair multiply-add (vpmaddwd)
-                    s = builder.add(_strided(builder, p, 0, size // 2),
-                                    _strided(builder, p, 1, size // 2))
-                    width = size // 2
-                    while width > lanes:
-                        width //= 2
-                        s = builder.add(_lanes(builder, s, 0, width),
-                                        _lanes(builder, s, width, width))
+                    s = halves_added(builder, builder.add(every_other(builder, p, 0),
+                                                          every_other(builder, p, 1)), lanes)
                     if scales:
                         vector, lane = scales[r]
                         scale = spread(vector, [lane] * lanes)
@@ -267,7 +251,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                             builder.gep(x_row, [builder.add(at, ir.Constant(at.type, 16 * part))]),
                             i16x16.as_pointer()), align=2)
                         p = builder.mul(qw, builder.sext(x, i32x16))
-                        t = builder.add(_strided(builder, p, 0, 8), _strided(builder, p, 1, 8))
+                        t = builder.add(every_other(builder, p, 0, 8),
+                                        every_other(builder, p, 1, 8))
                         s = t if s is None else builder.add(s, t)
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
@@ -292,14 +277,14 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
             lines = builder.ashr(blocks, ir.Constant(blocks.type, per_line.bit_length() - 1))
             with cgutils.for_range(builder, lines) as loop:
                 first = builder.mul(loop.index, ir.Constant(blocks.type, per_line))
-                _prefetch(builder, builder.gep(q_row, [builder.add(
+                prefetch(builder, builder.gep(q_row, [builder.add(
                     _byte(builder, builder.shl(first, ir.Constant(first.type, shift)), nibbles),
                     ir.Constant(first.type, _PREFETCH_BYTES))]))
                 products = scale_products(first, per_line)
                 plane = None
                 if five:  # the line's 128 fifth bits: lane j's byte holds 4 for each pair
                     at = builder.shl(loop.index, ir.Constant(loop.index.type, 4))
-                    _prefetch(builder, builder.gep(h_row, [builder.add(
+                    prefetch(builder, builder.gep(h_row, [builder.add(
                         at, ir.Constant(at.type, _PREFETCH_BYTES // 4))]))
                     plane = builder.zext(builder.load(builder.bitcast(
                         builder.gep(h_row, [at]), ir.VectorType(_I8, 16).as_pointer()),
@@ -520,16 +505,80 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
     return view
 
 
+def _pair_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+               hi: int, shift: int, highs: Any) -> int:
+    """Out[:m4, n] for weight rows n from `lo` by pairs (`intpairs`), where the format allows.
+
+    m4: the activation rows in whole fours. Returns the first weight row not done: `lo` where
+    the format keeps the one-row kernel (nibbles, a fifth bit plane, factored scales), or the
+    rows are few or short (`_PAIR_MIN_K`; compiled code only: see its overload).
+    """
+    raise NotImplementedError
+
+
+#: Fewest elements a row for which `_pair_rows` multiplies two weight rows a pass, from 8
+#: activation rows: where eight int16 activation rows (32 KB) no longer fit in L1 beside the
+#: weights. Weights from memory, 2 threads, alternating processes, against one row a pass:
+#: 896 x 4864 by 16 rows 0.58-0.59 against 0.69-0.70 ms, by 8 rows 0.32 against 0.35, by 4
+#: 0.19 against 0.18; 9728 x 896 by 16 rows 1.07-1.10 against 1.04, by 4 0.41 against 0.31.
+_PAIR_MIN_K: Final = 2048
+
+
+@overload(_pair_rows)  # type: ignore[untyped-decorator]
+def _pair_rows_impl(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
+                    lo: Any, hi: Any, shift: Any, highs: Any) -> Any:
+    if not (isinstance(qs, types.Array) and qs.dtype == types.int8
+            and isinstance(highs, types.NoneType) and not isinstance(d, types.BaseTuple)):
+        def unpaired(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
+                     lo: Any, hi: Any, shift: Any, highs: Any) -> Any:
+            return lo
+        return unpaired
+
+    def paired(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: Any,
+               hi: Any, shift: Any, highs: Any) -> Any:
+        m_rows = xq.shape[0]
+        if m_rows < 8 or xq.shape[1] < _PAIR_MIN_K:
+            return lo
+        bufs = np.empty((2, xd.shape[1]), np.float32)
+        mbufs = np.empty((2, xsum.shape[1]), np.float32)
+        n = lo
+        while n + 2 <= hi:
+            s0, s1 = row_scales(d, n, bufs[0]), row_scales(d, n + 1, bufs[1])
+            o0, o1 = row_scales(mins, n, mbufs[0]), row_scales(mins, n + 1, mbufs[1])
+            m = 0
+            while m + 8 <= m_rows:
+                r = (pair32x8(qs, n, xq, m, s0, s1, xd) if shift == 5
+                     else pair16x8(qs, n, xq, m, s0, s1, xd))
+                store4(out, o0, xsum, m, n, r[0], r[1], r[2], r[3])
+                store4(out, o0, xsum, m + 4, n, r[4], r[5], r[6], r[7])
+                store4(out, o1, xsum, m, n + 1, r[8], r[9], r[10], r[11])
+                store4(out, o1, xsum, m + 4, n + 1, r[12], r[13], r[14], r[15])
+                m += 8
+            if m + 4 <= m_rows:
+                r4 = (pair32x4(qs, n, xq, m, s0, s1, xd) if shift == 5
+                      else pair16x4(qs, n, xq, m, s0, s1, xd))
+                store4(out, o0, xsum, m, n, r4[0], r4[1], r4[2], r4[3])
+                store4(out, o1, xsum, m, n + 1, r4[4], r4[5], r4[6], r4[7])
+            n += 2
+        return n
+
+    return paired
+
+
 @jit(inline=True)
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
           shift: int, highs: Any = None) -> None:
     m_rows = xq.shape[0]
     buf = np.empty(xd.shape[1], np.float32)
     mbuf = np.empty(xsum.shape[1], np.float32)
+    # NOTE: one-byte weights with plain scales go two weight rows a pass (`intpairs`), for
+    # the activation rows in whole fours; the rest (and every other format) one row a pass
+    paired = _pair_rows(xq, xd, qs, d, mins, xsum, out, lo, hi, shift, highs)
+    done = m_rows - m_rows % 4 if paired > lo else 0
     for n in range(lo, hi):
         scales = _kernel_scales(d, n, buf)
         offsets = row_scales(mins, n, mbuf)
-        m = 0
+        m = done if n < paired else 0
         # NOTE: eight activation rows per pass over the weight row, each block loaded and
         # widened once for them: a 16-token prefill's Q8_0 products ran 4-6 % faster than
         # with four (9728 x 896: 1.19-1.20 against 1.26 ms on 2 threads, interleaved); sixteen

@@ -8,8 +8,9 @@ from typing import Any, Final
 from llvmlite import ir
 from numba import types as _nb_types
 
-__all__ = ["LANES", "VF", "fmuladd", "host_lanes", "intrinsic_args", "load_quants",
-           "load_vector", "row_pointer", "splat", "widen_half"]
+__all__ = ["LANES", "VF", "every_other", "fmuladd", "halves_added", "host_lanes",
+           "intrinsic_args", "lane_range", "load_quants", "load_vector", "prefetch",
+           "row_pointer", "splat", "widen_half"]
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -25,6 +26,43 @@ def host_lanes() -> int:
 
     features: Any = binding.get_host_cpu_features()
     return 16 if features.get("avx512f", False) else LANES
+
+
+def prefetch(builder: Any, address: Any) -> None:
+    """A read prefetch of `address` into every cache level (a hint: it never faults)."""
+    i8p = _I8.as_pointer()
+    module = builder.module
+    fn = module.globals.get("llvm.prefetch.p0i8") or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
+    builder.call(fn, [builder.bitcast(address, i8p), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                      ir.Constant(_I32, 1)])
+
+
+def lane_range(builder: Any, vec: Any, lo: int, count: int) -> Any:
+    """Lanes ``lo .. lo + count - 1`` of `vec`, as a vector of `count`."""
+    return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
+                                                        list(range(lo, lo + count))))
+
+
+def every_other(builder: Any, vec: Any, start: int, count: int | None = None) -> Any:
+    """Lanes ``start, start + 2, ...`` of `vec` (`count` of them, default half its lanes).
+
+    The even lanes of a product of sign-extended 16-bit vectors plus its odd lanes is the
+    pattern LLVM lowers to a 16-bit pair multiply-add (x86 ``vpmaddwd``).
+    """
+    count = vec.type.count // 2 if count is None else count
+    return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
+                                                        list(range(start, 2 * count, 2))))
+
+
+def halves_added(builder: Any, vec: Any, lanes: int) -> Any:
+    """`vec` folded to `lanes` lanes by adding its halves (integer lanes)."""
+    width = vec.type.count
+    while width > lanes:
+        width //= 2
+        vec = builder.add(lane_range(builder, vec, 0, width),
+                          lane_range(builder, vec, width, width))
+    return vec
 
 
 def fmuladd(builder: Any, a: Any, b: Any, c: Any) -> Any:
