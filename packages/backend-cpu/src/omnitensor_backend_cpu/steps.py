@@ -273,9 +273,11 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
     n = math.prod(rhs_t.shape[d] for d in rf)
     k = math.prod(lhs_t.shape[d] for d in lc)
     lperm, rperm = lb + lf + lc, rb + rc + rf
-    lshape = (b, m, k) if b > 1 else (m, k)
-    rshape = (b, k, n) if b > 1 else (k, n)
-    oshape = (b, m, n) if b > 1 else (m, n)
+    # NOTE: batch dims stay apart (numpy's matmul broadcasts over any number): merged, the
+    # heads of a (B, T, H, D) tensor viewed as (B, H, T, D) were copied first (a training
+    # step's q @ k.T in its attention backward: 270 against 56 us with the dims apart)
+    batch = tuple(lhs_t.shape[d] for d in lb) if b > 1 else ()
+    lshape, rshape, oshape = (*batch, m, k), (*batch, k, n), (*batch, m, n)
     lhs, rhs = inst.operands[0].id, inst.operands[1].id
     out = inst.results[0].id
     owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
