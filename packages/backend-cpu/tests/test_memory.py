@@ -94,7 +94,9 @@ def _llama(path: Path, *, hidden: int, layers: int, ffn: int, vocab: int, heads:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 def test_q8_0_model_is_resident_about_once(tmp_path: Path) -> None:
-    tiny = _llama(tmp_path / "tiny.gguf", hidden=64, layers=2, ffn=128, vocab=512, heads=4,
+    # (ffn 2048: its down projection's rows are long enough for `intdot`'s weight-row pairs,
+    # which the second model's 2816 take too)
+    tiny = _llama(tmp_path / "tiny.gguf", hidden=64, layers=2, ffn=2048, vocab=512, heads=4,
                   kv_heads=2)
     shape = dict(hidden=512, layers=6, ffn=2816, vocab=8192, heads=8, kv_heads=2)
     model = _llama(tmp_path / "model.gguf", **shape)

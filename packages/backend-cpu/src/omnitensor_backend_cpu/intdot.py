@@ -506,12 +506,13 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
 
 
 def _pair_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-               hi: int, shift: int, highs: Any) -> int:
+               hi: int, shift: int, highs: Any, pairing: Any) -> int:
     """Out[:m4, n] for weight rows n from `lo` by pairs (`intpairs`), where the format allows.
 
     m4: the activation rows in whole fours. Returns the first weight row not done: `lo` where
     the format keeps the one-row kernel (nibbles, a fifth bit plane, factored scales), or the
-    rows are few or short (`_PAIR_MIN_K`; compiled code only: see its overload).
+    rows are few or short (`_PAIR_MIN_K`), or `pairing` is None (compiled code only: see its
+    overload).
     """
     raise NotImplementedError
 
@@ -526,16 +527,17 @@ _PAIR_MIN_K: Final = 2048
 
 @overload(_pair_rows)  # type: ignore[untyped-decorator]
 def _pair_rows_impl(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                    lo: Any, hi: Any, shift: Any, highs: Any) -> Any:
-    if not (isinstance(qs, types.Array) and qs.dtype == types.int8
+                    lo: Any, hi: Any, shift: Any, highs: Any, pairing: Any) -> Any:
+    if isinstance(pairing, types.NoneType) or not (
+            isinstance(qs, types.Array) and qs.dtype == types.int8
             and isinstance(highs, types.NoneType) and not isinstance(d, types.BaseTuple)):
         def unpaired(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                     lo: Any, hi: Any, shift: Any, highs: Any) -> Any:
+                     lo: Any, hi: Any, shift: Any, highs: Any, pairing: Any) -> Any:
             return lo
         return unpaired
 
     def paired(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: Any,
-               hi: Any, shift: Any, highs: Any) -> Any:
+               hi: Any, shift: Any, highs: Any, pairing: Any) -> Any:
         m_rows = xq.shape[0]
         if m_rows < 8 or xq.shape[1] < _PAIR_MIN_K:
             return lo
@@ -567,13 +569,13 @@ def _pair_rows_impl(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out
 
 @jit(inline=True)
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
-          shift: int, highs: Any = None) -> None:
+          shift: int, highs: Any = None, pairing: Any = None) -> None:
     m_rows = xq.shape[0]
     buf = np.empty(xd.shape[1], np.float32)
     mbuf = np.empty(xsum.shape[1], np.float32)
     # NOTE: one-byte weights with plain scales go two weight rows a pass (`intpairs`), for
     # the activation rows in whole fours; the rest (and every other format) one row a pass
-    paired = _pair_rows(xq, xd, qs, d, mins, xsum, out, lo, hi, shift, highs)
+    paired = _pair_rows(xq, xd, qs, d, mins, xsum, out, lo, hi, shift, highs, pairing)
     done = m_rows - m_rows % 4 if paired > lo else 0
     for n in range(lo, hi):
         scales = _kernel_scales(d, n, buf)
@@ -662,42 +664,46 @@ def _quantize(x: Any, shift: int, offsets: int, pairs: bool = False
 
 
 @jit()
-def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any, offsets: int) -> bool:
+def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any, offsets: int,
+               pairing: Any) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, offsets, qs.shape[1] < x.shape[1])
     if finite:
-        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5, highs)
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5, highs, pairing)
     return bool(finite)
 
 
 @jit()
-def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any, offsets: int) -> bool:
+def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any, offsets: int,
+               pairing: Any) -> bool:
     xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
-        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 4)
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 4, None, pairing)
     return bool(finite)
 
 
 @jit(parallel=True)
 def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
-                     highs: Any, offsets: int) -> bool:
+                     highs: Any, offsets: int, pairing: Any) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, offsets, qs.shape[1] < x.shape[1])
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
         for t in prange(parts):
-            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5, highs)
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5, highs,
+                  pairing)
     return bool(finite)
 
 
 @jit(parallel=True)
 def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
-                     offsets: int) -> bool:
+                     offsets: int, pairing: Any) -> bool:
     xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
         for t in prange(parts):
-            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 4)
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 4, None,
+                  pairing)
     return bool(finite)
 
 
@@ -731,10 +737,21 @@ def prepare(x: Array, qs: Array, d: Array | tuple[Array, Array],
                          f"bytes: K {k}, plane {highs.shape}")
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
     offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
+    # NOTE: the pairs' specialization of the products (an array for `pairing`, None
+    # otherwise) compiles only for products that can use them: compiled into every one, a
+    # first chat prompt on a small model (rows of 576 and 1536) took 4.6 s longer (15.8
+    # against 11.2 s) for kernels it never ran
+    pairing = _PAIRING if x.shape[0] >= 8 and k >= _PAIR_MIN_K else None
     if shift == 4:
         if parts > 1:
-            return functools.partial(_product16_split, x, qs, d, mins, out, parts, offsets)
-        return functools.partial(_product16, x, qs, d, mins, out, offsets)
+            return functools.partial(_product16_split, x, qs, d, mins, out, parts, offsets,
+                                     pairing)
+        return functools.partial(_product16, x, qs, d, mins, out, offsets, pairing)
     if parts > 1:
-        return functools.partial(_product32_split, x, qs, d, mins, out, parts, highs, offsets)
-    return functools.partial(_product32, x, qs, d, mins, out, highs, offsets)
+        return functools.partial(_product32_split, x, qs, d, mins, out, parts, highs, offsets,
+                                 pairing)
+    return functools.partial(_product32, x, qs, d, mins, out, highs, offsets, pairing)
+
+
+#: The `pairing` argument that selects the products' specialization with `_pair_rows`.
+_PAIRING: Final = np.zeros(0, np.int8)

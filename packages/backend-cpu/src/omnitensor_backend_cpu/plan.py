@@ -383,20 +383,23 @@ def build_plan(function: Function) -> Plan:
     grouped = {id(i) for g in groups.values() for i in g.insts}
     values = [*(i.value.type for i in function.inputs),
               *(v.type for inst in function.body for v in inst.results)]
-    # NOTE: a program that loads numba anyway (a large value, or a fused group above the
-    # reference tier) runs every group and composite compiled: its small ones (a training
-    # step's AdamW updates of (128,) biases, 30 numpy calls each) cost microseconds there, and
-    # their kernels are the large ones' (kernels take sizes as arguments)
-    large = max((math.prod(getattr(t, "shape", ())) for t in values), default=0) >= (
-        LARGE_PROGRAM) or any(math.prod(g.shape) >= codegen.min_elements()
-                              for g in groups.values())
+    # NOTE: a program with a fused group above the reference tier (elementwise work over
+    # activations: a training step, a prefill) runs its small groups and composites compiled
+    # too: a training step's AdamW updates of (128,) biases ran 30 numpy calls each, and
+    # share the kernel of its (128, 128) weights' update (kernels take sizes as arguments). A
+    # program that is large by its weights alone (a decode step) compiles its composites at
+    # every size but leaves its few small groups to numpy: compiled, a first chat prompt took
+    # 0.14 s longer, for no faster decode.
+    busy = any(math.prod(g.shape) >= codegen.min_elements() for g in groups.values())
+    large = busy or max((math.prod(getattr(t, "shape", ())) for t in values), default=0) >= (
+        LARGE_PROGRAM)
     drafts: list[Draft] = []
     # NOTE: the last slot holds the run's donated input positions (read by in-place steps).
     template: list[Any] = [None] * (function._next_value + 1)
     for idx, inst in enumerate(function.body):
         if idx in groups:
             group = groups[idx]
-            drafts.append(_fused_step(group, len(drafts), large))
+            drafts.append(_fused_step(group, len(drafts), busy))
             ops = "+".join(i.op for i in group.insts)
             drafts[-1].label = f"{drafts[-1].kind}:{ops}{group.shape}"
             continue
