@@ -233,20 +233,24 @@ def test_dot_step_knows_where_the_outer_product_tiles_start() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "iq4_nl", "q2_k", "q3_k", "q4_k"])
-@pytest.mark.parametrize("m", [8, 13, 16])
-def test_long_rows_by_weight_row_pairs_match_the_reference(fmt: str, m: int,
+@pytest.mark.parametrize(("m", "n"), [(8, 10), (16, 10), (13, 10), (16, 9)])
+def test_long_rows_by_weight_row_pairs_match_the_reference(fmt: str, m: int, n: int,
                                                            assert_qmatmul_close: Any) -> None:
-    # rows of 2304 (over `intdot._PAIR_MIN_K`): one-byte weights go two weight rows a pass
-    # (then 13 rows: 8 and 4 paired, 1 alone; 9 weight rows: the last alone); Q4_K (nibbles,
-    # factored scales) keeps the one-row kernel
+    # rows of 2304 (over `intdot._PAIR_MIN_K`): one-byte weights with plain scales go two
+    # weight rows and eight activation rows a pass where both counts allow (8 or 16 by 10);
+    # Q4_K (nibbles, factored scales), 13 activation rows or 9 weight rows: one row a pass
     from omnitensor_backend_cpu import intdot
 
     rng = np.random.default_rng(8)
-    n, k = 9, 2304
+    k = 2304
     assert k >= intdot._PAIR_MIN_K
     blocks = quant_blocks.quantize(rng.normal(size=(n, k)).astype(np.float32), fmt)
     packed = quant.pack(blocks, fmt, (n, k))
     x = rng.normal(size=(m, k)).astype(np.float32)
     out = np.full((m, n), np.nan, np.float32)
-    quant.qmatmul(x, packed, out)
+    mins = quant._NO_MINS if packed.mins is None else packed.mins
+    call = intdot.prepare(x, packed.stored, packed.d, mins, out, packed.shift, packed.highs)
+    paired = fmt != "q4_k" and m % 8 == 0 and n % 2 == 0
+    assert (getattr(call, "func", None) is intdot._paired_split) == paired
+    assert call()
     assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)

@@ -30,7 +30,7 @@ from numba.extending import overload as _overload
 
 from . import pool
 from ._compat import jit, prange
-from .intpairs import PREFETCH_BYTES, pair16x4, pair16x8, pair32x4, pair32x8
+from .intpairs import PREFETCH_BYTES, pair16x8, pair32x8
 from .irblocks import (
     every_other,
     halves_added,
@@ -505,82 +505,50 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
     return view
 
 
-def _pair_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-               hi: int, shift: int, highs: Any, pairing: Any) -> int:
-    """Out[:m4, n] for weight rows n from `lo` by pairs (`intpairs`), where the format allows.
+def _pair_span(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+               hi: int, pairing: Any) -> None:
+    """Out[:, lo:hi] two weight rows and eight activation rows a pass (`intpairs`).
 
-    m4: the activation rows in whole fours. Returns the first weight row not done: `lo` where
-    the format keeps the one-row kernel (nibbles, a fifth bit plane, factored scales), or the
-    rows are few or short (`_PAIR_MIN_K`), or `pairing` is None (compiled code only: see its
-    overload).
+    For one-byte weights with plain scales; ``hi - lo`` even and the activation rows a
+    multiple of 8. `pairing`'s dtype picks the block size (see `_PAIRINGS`; compiled code
+    only: see its overload).
     """
     raise NotImplementedError
 
 
-#: Fewest elements a row for which `_pair_rows` multiplies two weight rows a pass, from 8
-#: activation rows: where eight int16 activation rows (32 KB) no longer fit in L1 beside the
-#: weights. Weights from memory, 2 threads, alternating processes, against one row a pass:
-#: 896 x 4864 by 16 rows 0.58-0.59 against 0.69-0.70 ms, by 8 rows 0.32 against 0.35, by 4
-#: 0.19 against 0.18; 9728 x 896 by 16 rows 1.07-1.10 against 1.04, by 4 0.41 against 0.31.
-_PAIR_MIN_K: Final = 2048
+@overload(_pair_span)  # type: ignore[untyped-decorator]
+def _pair_span_impl(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
+                    lo: Any, hi: Any, pairing: Any) -> Any:
+    # the block size by the type of `pairing`, so that one kernel compiles, not both
+    pair = pair32x8 if pairing.dtype == types.int8 else pair16x8
 
-
-@overload(_pair_rows)  # type: ignore[untyped-decorator]
-def _pair_rows_impl(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                    lo: Any, hi: Any, shift: Any, highs: Any, pairing: Any) -> Any:
-    if isinstance(pairing, types.NoneType) or not (
-            isinstance(qs, types.Array) and qs.dtype == types.int8
-            and isinstance(highs, types.NoneType) and not isinstance(d, types.BaseTuple)):
-        def unpaired(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                     lo: Any, hi: Any, shift: Any, highs: Any, pairing: Any) -> Any:
-            return lo
-        return unpaired
-
-    def paired(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: Any,
-               hi: Any, shift: Any, highs: Any, pairing: Any) -> Any:
-        m_rows = xq.shape[0]
-        if m_rows < 8 or xq.shape[1] < _PAIR_MIN_K:
-            return lo
+    def span(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: Any,
+             hi: Any, pairing: Any) -> None:
         bufs = np.empty((2, xd.shape[1]), np.float32)
         mbufs = np.empty((2, xsum.shape[1]), np.float32)
-        n = lo
-        while n + 2 <= hi:
+        for n in range(lo, hi - 1, 2):
             s0, s1 = row_scales(d, n, bufs[0]), row_scales(d, n + 1, bufs[1])
             o0, o1 = row_scales(mins, n, mbufs[0]), row_scales(mins, n + 1, mbufs[1])
-            m = 0
-            while m + 8 <= m_rows:
-                r = (pair32x8(qs, n, xq, m, s0, s1, xd) if shift == 5
-                     else pair16x8(qs, n, xq, m, s0, s1, xd))
+            for m in range(0, xq.shape[0] - 7, 8):
+                r = pair(qs, n, xq, m, s0, s1, xd)
                 store4(out, o0, xsum, m, n, r[0], r[1], r[2], r[3])
                 store4(out, o0, xsum, m + 4, n, r[4], r[5], r[6], r[7])
                 store4(out, o1, xsum, m, n + 1, r[8], r[9], r[10], r[11])
                 store4(out, o1, xsum, m + 4, n + 1, r[12], r[13], r[14], r[15])
-                m += 8
-            if m + 4 <= m_rows:
-                r4 = (pair32x4(qs, n, xq, m, s0, s1, xd) if shift == 5
-                      else pair16x4(qs, n, xq, m, s0, s1, xd))
-                store4(out, o0, xsum, m, n, r4[0], r4[1], r4[2], r4[3])
-                store4(out, o1, xsum, m, n + 1, r4[4], r4[5], r4[6], r4[7])
-            n += 2
-        return n
 
-    return paired
+    return span
 
 
 @jit(inline=True)
 def _rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int, hi: int,
-          shift: int, highs: Any = None, pairing: Any = None) -> None:
+          shift: int, highs: Any = None) -> None:
     m_rows = xq.shape[0]
     buf = np.empty(xd.shape[1], np.float32)
     mbuf = np.empty(xsum.shape[1], np.float32)
-    # NOTE: one-byte weights with plain scales go two weight rows a pass (`intpairs`), for
-    # the activation rows in whole fours; the rest (and every other format) one row a pass
-    paired = _pair_rows(xq, xd, qs, d, mins, xsum, out, lo, hi, shift, highs, pairing)
-    done = m_rows - m_rows % 4 if paired > lo else 0
     for n in range(lo, hi):
         scales = _kernel_scales(d, n, buf)
         offsets = row_scales(mins, n, mbuf)
-        m = done if n < paired else 0
+        m = 0
         # NOTE: eight activation rows per pass over the weight row, each block loaded and
         # widened once for them: a 16-token prefill's Q8_0 products ran 4-6 % faster than
         # with four (9728 x 896: 1.19-1.20 against 1.26 ms on 2 threads, interleaved); sixteen
@@ -664,47 +632,68 @@ def _quantize(x: Any, shift: int, offsets: int, pairs: bool = False
 
 
 @jit()
-def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any, offsets: int,
-               pairing: Any) -> bool:
+def _product32(x: Any, qs: Any, d: Any, mins: Any, out: Any, highs: Any, offsets: int) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, offsets, qs.shape[1] < x.shape[1])
     if finite:
-        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5, highs, pairing)
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 5, highs)
     return bool(finite)
 
 
 @jit()
-def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any, offsets: int,
-               pairing: Any) -> bool:
+def _product16(x: Any, qs: Any, d: Any, mins: Any, out: Any, offsets: int) -> bool:
     xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
-        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 4, None, pairing)
+        _rows(xq, xd, qs, d, mins, xsum, out, 0, qs.shape[0], 4)
     return bool(finite)
 
 
 @jit(parallel=True)
 def _product32_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
-                     highs: Any, offsets: int, pairing: Any) -> bool:
+                     highs: Any, offsets: int) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, offsets, qs.shape[1] < x.shape[1])
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
         for t in prange(parts):
-            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5, highs,
-                  pairing)
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 5, highs)
     return bool(finite)
 
 
 @jit(parallel=True)
 def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
-                     offsets: int, pairing: Any) -> bool:
+                     offsets: int) -> bool:
     xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
         n = qs.shape[0]
         step = -(-n // parts)
         for t in prange(parts):
-            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 4, None,
-                  pairing)
+            _rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step), 4)
     return bool(finite)
+
+
+# NOTE: an entry of its own, compiled only for products that take the pairs: inside the
+# products above (a second specialization of them), a first 16-token Q8_0 prompt on a 0.5B
+# model compiled 5-7 s longer (8.5-10.8 against 3.4 s), and a SmolLM2 chat prompt, whose rows
+# are too short for pairs, 4.6 s longer
+@jit(parallel=True)
+def _paired_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int, offsets: int,
+                  shift: int, pairing: Any) -> bool:
+    xq, xd, xsum, finite = _quantize(x, shift, offsets)
+    if finite:
+        n = qs.shape[0]
+        step = -(-(n // 2) // parts) * 2
+        for t in prange(parts):
+            _pair_span(xq, xd, qs, d, mins, xsum, out, min(n, t * step),
+                       min(n, t * step + step), pairing)
+    return bool(finite)
+
+
+#: Fewest elements a row for which `prepare` multiplies two weight rows a pass, from 8
+#: activation rows: where eight int16 activation rows (32 KB) no longer fit in L1 beside the
+#: weights. Weights from memory, 2 threads, alternating processes, against one row a pass:
+#: 896 x 4864 by 16 rows 0.58-0.59 against 0.69-0.70 ms, by 8 rows 0.32 against 0.35, by 4
+#: 0.19 against 0.18; 9728 x 896 by 16 rows 1.07-1.10 against 1.04, by 4 0.41 against 0.31.
+_PAIR_MIN_K: Final = 2048
 
 
 def run(x: Array, qs: Array, d: Array | tuple[Array, Array], mins: Array | tuple[Array, Array],
@@ -737,21 +726,20 @@ def prepare(x: Array, qs: Array, d: Array | tuple[Array, Array],
                          f"bytes: K {k}, plane {highs.shape}")
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
     offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
-    # NOTE: the pairs' specialization of the products (an array for `pairing`, None
-    # otherwise) compiles only for products that can use them: compiled into every one, a
-    # first chat prompt on a small model (rows of 576 and 1536) took 4.6 s longer (15.8
-    # against 11.2 s) for kernels it never ran
-    pairing = _PAIRING if x.shape[0] >= 8 and k >= _PAIR_MIN_K else None
+    if (qs.dtype == np.int8 and highs is None and not isinstance(d, tuple)
+            and x.shape[0] % 8 == 0 and n % 2 == 0 and k >= _PAIR_MIN_K):
+        # one-byte weights with plain scales, long rows: two weight rows a pass (`intpairs`)
+        return functools.partial(_paired_split, x, qs, d, mins, out, parts, offsets, shift,
+                                 _PAIRINGS[shift])
     if shift == 4:
         if parts > 1:
-            return functools.partial(_product16_split, x, qs, d, mins, out, parts, offsets,
-                                     pairing)
-        return functools.partial(_product16, x, qs, d, mins, out, offsets, pairing)
+            return functools.partial(_product16_split, x, qs, d, mins, out, parts, offsets)
+        return functools.partial(_product16, x, qs, d, mins, out, offsets)
     if parts > 1:
-        return functools.partial(_product32_split, x, qs, d, mins, out, parts, highs, offsets,
-                                 pairing)
-    return functools.partial(_product32, x, qs, d, mins, out, highs, offsets, pairing)
+        return functools.partial(_product32_split, x, qs, d, mins, out, parts, highs, offsets)
+    return functools.partial(_product32, x, qs, d, mins, out, highs, offsets)
 
 
-#: The `pairing` argument that selects the products' specialization with `_pair_rows`.
-_PAIRING: Final = np.zeros(0, np.int8)
+#: `_paired_split`'s `pairing` argument by block size: its dtype picks the pair kernel (one
+#: compiles, not both).
+_PAIRINGS: Final = {5: np.zeros(0, np.int8), 4: np.zeros(0, np.int16)}

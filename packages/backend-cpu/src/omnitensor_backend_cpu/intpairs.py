@@ -23,7 +23,7 @@ from numba.extending import intrinsic as _intrinsic
 
 from .irblocks import every_other, halves_added, host_lanes, prefetch, splat
 
-__all__ = ["PREFETCH_BYTES", "pair16x4", "pair16x8", "pair32x4", "pair32x8"]
+__all__ = ["PREFETCH_BYTES", "pair16x8", "pair32x8"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
@@ -142,8 +142,6 @@ def _pair_kernel(shift: int, rows: int) -> Any:
     return dot2
 
 
-#: The kernels by block size (16 or 32) and activation rows (4 or 8).
-pair16x4 = _pair_kernel(4, 4)
-pair32x4 = _pair_kernel(5, 4)
+#: The kernels by block size (16 or 32), for 8 activation rows.
 pair16x8 = _pair_kernel(4, 8)
 pair32x8 = _pair_kernel(5, 8)
