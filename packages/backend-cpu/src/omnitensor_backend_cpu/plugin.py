@@ -20,7 +20,7 @@ CONTRACT = 1
 
 
 def _probe() -> str | None:
-    for module in ("numba", "scipy"):
+    for module in ("numba",):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed; pip install omnitensor-backend-cpu pulls it in"
     return None
