@@ -4,7 +4,8 @@ Every declared op (and composite) has an entry: by default the reference kernel 
 (for a composite, its decomposition run by the interpreter), so the backend runs everything the
 reference does and its capabilities are the table's (`LOWERINGS.capabilities()`). Entries below
 override that with the backend's own steps: BLAS and row-dot products for ``dot_general``,
-repacked quantized products for ``qmatmul``, in-place cache updates, and the composites'
+repacked quantized products for ``qmatmul``, in-place cache updates, one pass for
+``scatter_add`` (an embedding's gradient), and the composites'
 kernels (row kernels for softmax/log_softmax/layer_norm/rms_norm, activations for gelu/silu and
 the gated units, rotary embedding, fused attention). Elementwise chains are fused before the
 table is consulted (`plan`), so they have no entries of their own here.
@@ -110,6 +111,32 @@ def _register_primitives() -> None:
     @LOWERINGS.register("dynamic_update_slice", dtypes=table["dynamic_update_slice"])
     def _update(ctx: Lower, view: OpView) -> Draft | None:
         return update_step(view.inst, ctx.function, ctx.index)
+
+
+    @LOWERINGS.register("scatter_add", dtypes=table["scatter_add"])
+    def _scatter_add(ctx: Lower, view: OpView) -> Draft | None:
+        inst = view.inst
+        result = _float_result(inst)
+        operand, indices, updates = inst.operands
+        if result is None or getattr(updates.type, "dtype", None) != result.dtype \
+                or set(inst.attrs) != {"axis", "batch_dims"}:
+            return None
+        axis, batch_dims = int(inst.attrs["axis"]), int(inst.attrs["batch_dims"])
+
+        def kernel() -> Kernel:
+            from . import scatter
+
+            def run(args: list[Array | None], out: Array) -> None:
+                x, index, rows = args
+                assert x is not None and index is not None and rows is not None
+                scatter.scatter_add(x, index, rows, out, axis, batch_dims)
+
+            return once(run)
+
+        # its cost is the updates' size (an embedding gradient: many rows into a small table)
+        work = max(result.size, getattr(updates.type, "size", 0))
+        return kernel_draft(inst, ctx.step, [operand.id, indices.id, updates.id], kernel,
+                            "scatter", work=work, large=ctx.large)
 
 
 _register_primitives()

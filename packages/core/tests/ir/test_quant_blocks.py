@@ -334,3 +334,14 @@ def test_k_quantizers_follow_ggml_reference(fmt: str, ref: Any) -> None:
     with np.errstate(all="ignore"):
         expected = np.stack([ref(row) for row in x])
     np.testing.assert_array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("fmt", [*FORMATS, "f16", "bf16", "iq4_xs"])
+def test_take_rows_is_dequantize_of_the_clamped_rows(fmt: str) -> None:
+    """An embedding lookup decodes exactly the rows `dequantize` decodes, indices clamped."""
+    table = quant_blocks.quantize(sample((7, 512)), fmt)
+    tokens = np.array([[3, 0, 6], [-2, 9, 3]])
+    got = quant_blocks.take_rows(table, tokens, fmt)
+    want = quant_blocks.dequantize(table, fmt)[np.clip(tokens, 0, 6)]
+    assert got.dtype == np.float32 and got.shape == (2, 3, 512)
+    assert same_bits(got, want)

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import FormatError, ShapeError
 from .types import QTENSOR_FORMATS
 
-__all__ = ["CODECS", "Codec", "dequantize", "quantize"]
+__all__ = ["CODECS", "Codec", "dequantize", "quantize", "take_rows"]
 
 Array = np.ndarray[Any, Any]
 
@@ -444,6 +444,24 @@ def quantize(x: Any, format: str) -> Array:
         )
     last = array.shape[-1] // codec.block * codec.block_bytes
     return raw.reshape(*array.shape[:-1], last)
+
+
+def take_rows(table: Array, index: Array, format: str) -> Array:
+    """Rows `index` of a 2-D table of ggml blocks, decoded: float32 [*index.shape, C].
+
+    An embedding lookup of a quantized table (`dequantize` of the gathered rows without its
+    checks: the table was checked when it was loaded). Indices are clamped into the table, as
+    ``gather`` clamps.
+    """
+    codec = CODECS[format]
+    # NOTE: a decode step looks up one token: the clamp and the decode run a few numpy calls
+    # (`dequantize`'s checks and copies were a third of the lookup, which runs at every step
+    # with the caches cold after the weights streamed)
+    index = np.minimum(np.maximum(index, 0), table.shape[0] - 1)
+    picked = table[index]
+    with np.errstate(all="ignore"):
+        out = codec.dequantize_blocks(picked.reshape(-1, codec.block_bytes))
+    return out.astype(_F32, copy=False).reshape(*picked.shape[:-1], -1)
 
 
 def dequantize(blocks: Any, format: str) -> Array:
