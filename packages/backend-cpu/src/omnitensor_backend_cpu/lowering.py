@@ -112,7 +112,6 @@ def _register_primitives() -> None:
     def _update(ctx: Lower, view: OpView) -> Draft | None:
         return update_step(view.inst, ctx.function, ctx.index)
 
-
     @LOWERINGS.register("scatter_add", dtypes=table["scatter_add"])
     def _scatter_add(ctx: Lower, view: OpView) -> Draft | None:
         inst = view.inst

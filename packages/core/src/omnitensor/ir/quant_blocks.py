@@ -459,9 +459,15 @@ def take_rows(table: Array, index: Array, format: str) -> Array:
     # with the caches cold after the weights streamed)
     index = np.minimum(np.maximum(index, 0), table.shape[0] - 1)
     picked = table[index]
+    return _decode(codec, picked.reshape(-1, codec.block_bytes), picked.shape)
+
+
+def _decode(codec: Codec, raw: Array, shape: tuple[int, ...]) -> Array:
+    """Flat blocks `raw` [n, block_bytes] decoded to float32 [*shape[:-1], elements]."""
     with np.errstate(all="ignore"):
-        out = codec.dequantize_blocks(picked.reshape(-1, codec.block_bytes))
-    return out.astype(_F32, copy=False).reshape(*picked.shape[:-1], -1)
+        out = codec.dequantize_blocks(raw)
+    last = shape[-1] // codec.block_bytes * codec.block
+    return out.astype(_F32, copy=False).reshape(*shape[:-1], last)
 
 
 def dequantize(blocks: Any, format: str) -> Array:
@@ -480,8 +486,4 @@ def dequantize(blocks: Any, format: str) -> Array:
     """
     codec = _get("dequantize", format)
     array = np.asarray(blocks)
-    raw = _raw_blocks("dequantize", array, codec.block_bytes)
-    with np.errstate(all="ignore"):
-        out = codec.dequantize_blocks(raw)
-    last = array.shape[-1] // codec.block_bytes * codec.block
-    return out.astype(_F32, copy=False).reshape(*array.shape[:-1], last)
+    return _decode(codec, _raw_blocks("dequantize", array, codec.block_bytes), array.shape)
