@@ -60,6 +60,25 @@ def test_gemm_reads_and_writes_through_strides() -> None:
     np.testing.assert_allclose(columns, _want(a, w.T), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("span", [gemm.SPAN, gemm.FEW_ROWS])
+@pytest.mark.parametrize("layout", ["rows", "columns", "every_other_column"])
+def test_panels_hold_a_transposed_and_zero_padded(span: int, layout: str) -> None:
+    """Whole 16 x 16 blocks go through registers, the rest (a short last panel, K past the
+    last block, rows without unit stride) element by element: every panel equals a's rows."""
+    rng = np.random.default_rng(3)
+    m, k = 2 * span + 5, 37
+    full = rng.standard_normal((m, 2 * k), dtype=np.float32)
+    a = {"rows": full[:, :k], "columns": np.ascontiguousarray(full[:, :k].T).T,
+         "every_other_column": full[:, ::2][:, :k]}[layout]
+    count = -(-m // span)
+    panels = np.full((count * k, span), np.nan, np.float32)
+    gemm.pack_rows(a, panels, 0, count)
+    padded = np.zeros((count * span, k), np.float32)
+    padded[:m] = a
+    want = padded.reshape(count, span, k).transpose(0, 2, 1).reshape(count * k, span)
+    np.testing.assert_array_equal(panels, want)
+
+
 @pytest.mark.parametrize(("m", "k", "transposed", "parts"), [
     (40, 48, False, 2),  # few panels: out's columns split
     (300, 48, False, 2),  # panels split by rows (4+ a thread)

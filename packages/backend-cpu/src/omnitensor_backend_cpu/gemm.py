@@ -195,6 +195,39 @@ def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
                 builder.store(piece, ptr, align=4)
 
 
+@intrinsic  # type: ignore[untyped-decorator]
+def _pack_block(typingctx: Any, a: Any, panels: Any, row: Any, k: Any, line: Any,
+                lane: Any) -> Any:
+    """``panels[line + j, lane + i] = a[row + i, k + j]`` for i, j < `LANES`.
+
+    a's rows contiguous (unit column stride), panels C-contiguous: 16 row loads, a transpose
+    in registers (`_transposed`), 16 stores, where the scalar copy wrote every float to its own
+    panel line (a 576 x 512 a packed in 128 us against ~45).
+    """
+    sig = types.void(a, panels, row, k, line, lane)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
+        (a_arr, p_arr), (row0, k0, line0, lane0) = intrinsic_args(context, builder, signature,
+                                                                  args, 2)
+        a_stride = builder.extract_value(a_arr.strides, 0)
+        start = builder.add(builder.ptrtoint(a_arr.data, _I64),
+                            builder.mul(k0, ir.Constant(_I64, 4)))
+        loads = []
+        for i in range(LANES):
+            at = builder.add(start, builder.mul(builder.add(row0, ir.Constant(_I64, i)),
+                                                a_stride))
+            loads.append(load_vector(builder, builder.inttoptr(at, _F32.as_pointer()), LANES))
+        width = builder.extract_value(p_arr.shape, 1)
+        for j, column in enumerate(_transposed(builder, loads)):
+            index = builder.add(builder.mul(builder.add(line0, ir.Constant(_I64, j)), width),
+                                lane0)
+            ptr = builder.bitcast(builder.gep(p_arr.data, [index]),
+                                  ir.VectorType(_F32, LANES).as_pointer())
+            builder.store(column, ptr, align=4)
+
+    return sig, codegen
+
+
 _tile_full = _tile(WEIGHTS)
 _tile_4 = _tile(4)
 _tile_one = _tile(1)
@@ -227,16 +260,24 @@ def pack_rows(a: Any, panels: Any, t_lo: int, t_hi: int) -> None:
                 for i in range(rows, span):
                     line[i] = np.float32(0.0)
         return
+    rows_contiguous = a.strides[1] == a.itemsize
     for t in range(t_lo, t_hi):
         base = t * k_count
-        for i in range(span):
-            row = t * span + i
-            if row < m_rows:
-                for k in range(k_count):
-                    panels[base + k, i] = a[row, k]
-            else:
-                for k in range(k_count):
-                    panels[base + k, i] = np.float32(0.0)
+        for lane in range(0, span, LANES):  # (span: a multiple of LANES)
+            first = t * span + lane
+            k = 0
+            if rows_contiguous and first + LANES <= m_rows:
+                while k + LANES <= k_count:
+                    _pack_block(a, panels, first, k, base + k, lane)
+                    k += LANES
+            for i in range(LANES):
+                row = first + i
+                if row < m_rows:
+                    for kk in range(k, k_count):
+                        panels[base + kk, lane + i] = a[row, kk]
+                else:
+                    for kk in range(k, k_count):
+                        panels[base + kk, lane + i] = np.float32(0.0)
 
 
 @jit()
