@@ -170,6 +170,42 @@ def test_attention_rows_share_key_blocks_across_query_heads(
     assert _rel(out, want) < 1e-6
 
 
+@pytest.mark.parametrize("kv_heads", [1, 3])
+@pytest.mark.parametrize("split", [False, True])
+def test_short_rows_run_one_task_per_head(kv_heads: int, split: bool,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt over a few keys (a training step's attention, a short first prompt) takes
+    `_short32`: grouped kv heads, strided queries, masks, the soft cap, the cache length."""
+    from omnitensor_backend_cpu import pool, threads
+
+    monkeypatch.setattr(threads, "_COUNT", [2])
+    if split:
+        monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    taken: list[int] = []
+    short = attention._short32
+    monkeypatch.setattr(attention, "_short32", lambda *a: (taken.append(1), short(*a)))
+    monkeypatch.setattr(attention, "_short32_split", lambda *a: (taken.append(2),
+                                                                 short(*a[:-1], 0, 12 * 6)))
+    rng = np.random.default_rng(9)
+    q = rng.normal(size=(12, 5, 6, 24)).astype(np.float32).transpose(0, 2, 1, 3)
+    k = rng.normal(size=(12, kv_heads, 40, 24)).astype(np.float32)
+    v = rng.normal(size=(12, kv_heads, 40, 24)).astype(np.float32)
+    out = np.empty((12, 6, 5, 24), np.float32)
+    keep = rng.random((12, 1, 5, 40)) > 0.3
+    keep[1, :, 0] = False  # entry 1's first row sees no key: the average of every value
+    attention.sdpa(q, k, v, out, scale=0.3, mask=keep, q_positions=np.arange(20, 25),
+                   kv_length=30, causal=True, softcap=2.0)
+    g = 6 // kv_heads
+    s = 2.0 * np.tanh(np.einsum("bhtd,bhsd->bhts", q.astype(np.float64),
+                                np.repeat(k, g, axis=1)) * 0.3 / 2.0)
+    keys = np.arange(40)
+    s = np.where(keep & (keys < np.minimum(np.arange(21, 26)[:, None], 30)), s,
+                 np.finfo(np.float32).min)
+    want = np.einsum("bhts,bhsd->bhtd", _softmax(s), np.repeat(v, g, axis=1))
+    assert _rel(out, want) < 1e-6
+    assert taken and set(taken) == {2 if split else 1}
+
+
 @pytest.mark.parametrize("masking", ["causal", "bool", "additive", "none-left"])
 def test_attention_masks(masking: str) -> None:
     rng = np.random.default_rng(4)
