@@ -26,7 +26,8 @@ from omnitensor.dtypes import DType, bool_, float32, float64
 from omnitensor.ir.program import Instruction
 from omnitensor.ir.types import TensorType, Type
 
-__all__ = ["FUSIBLE_DTYPES", "FusedGroup", "cache_dir", "can_fuse", "load_kernel"]
+__all__ = ["FUSIBLE_DTYPES", "FusedGroup", "batched_kernel", "cache_dir", "can_fuse",
+           "load_kernel"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ class FusedGroup:
     outputs: list[int]
 
     def source(self, vectors: Sequence[bool] = (), scalars: Sequence[bool] = (),
-               columns: Sequence[bool] = ()) -> str:
+               columns: Sequence[bool] = (), batched: bool = False) -> str:
         """The kernel module's source (its hash names the file).
 
         Without `vectors`, ``flat(n, *ins, *outs)`` over 1-D operands. With them (one flag per
@@ -190,6 +191,10 @@ class FusedGroup:
         factor), not copied out to the whole shape. An input flagged in `columns` (rows kernel
         only) is one (n,) column, one value per row: a per-row statistic broadcast along the
         row (a layer norm's mean in its backward pass), not copied out either.
+
+        `batched` (flat kernels only) adds ``many(parts, ns, *ins, *outs)``: every operand a
+        tuple holding one array per group of this structure (`batched.batch_groups`), group j
+        ``ns[j]`` elements long, each split into `parts` ranges on numba's OpenMP workers.
         """
         dtypes = {v.id: _dtype(v.type) for i in self.insts
                   for v in (*i.operands, *i.results)}
@@ -258,6 +263,17 @@ class FusedGroup:
         lines += ["", "", "@jit(fastmath=FM, parallel=True)", head,
                   "    for p in prange(parts):", "        lo = min(n, p * step)",
                   "        hi = min(n, lo + step)", f"        {call}"]
+        if batched:
+            assert not any(vector) and not any(column), "batched kernels are flat"
+            member = ", ".join([f"in{k}[j]" if whole[k] else f"in{k}[j][lo:hi]"
+                                for k in range(len(self.inputs))]
+                               + [f"out{k}[j][lo:hi]" for k in range(len(self.outputs))])
+            lines += ["", "", "@jit(fastmath=FM, parallel=True)", f"def many(parts, ns, {params}):",
+                      "    for p in prange(parts):", "        for j in range(len(ns)):",
+                      "            n = ns[j]", "            step = -(-n // parts)",
+                      "            step = -(-step // 64) * 64",
+                      "            lo = min(n, p * step)", "            hi = min(n, lo + step)",
+                      "            if lo < hi:", f"                flat(hi - lo, {member})"]
         lines.append("")
         return "\n".join(lines)
 
@@ -320,3 +336,9 @@ def kernel_for(group: FusedGroup, vectors: Sequence[bool] = (), scalars: Sequenc
     module = load_kernel(group.source(vectors, scalars, columns))
     kernel: Callable[..., Any] = module.rows if any(vectors) or any(columns) else module.flat
     return kernel, module.split
+
+
+def batched_kernel(group: FusedGroup, scalars: Sequence[bool]) -> Callable[..., Any]:
+    """``many(parts, ns, *ins, *outs)`` of `group`'s structure (see `FusedGroup.source`)."""
+    many: Callable[..., Any] = load_kernel(group.source(scalars=scalars, batched=True)).many
+    return many

@@ -44,3 +44,6 @@ class Draft:
     #: the reads whose memory the results may view (None: any of them); an in-place cache
     #: update's result is its cache, never the row it copies in
     viewed: list[int] | None = None
+    #: a compiled fused group's group (`codegen.FusedGroup`): groups of one structure may run
+    #: as one call (`batched`)
+    group: Any = None

@@ -29,6 +29,7 @@ from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
 from . import codegen, pool
+from .batched import batch_groups
 from .codegen import FusedGroup
 from .drafts import Array, Draft, Owned, Slots, Step
 from .lowering import Lower, lower
@@ -219,7 +220,8 @@ def _fused_step(group: FusedGroup, index: int, large: bool) -> Draft:
         return compiled()
 
     # NOTE: a small group runs the reference kernels: its kind says so (profiles, labels).
-    return Draft(ins, outs, make, owned, "ref" if small else "fused")
+    return Draft(ins, outs, make, owned, "ref" if small else "fused",
+                 group=None if small else group)
 
 
 def _one(a: Array) -> Array:
@@ -411,6 +413,7 @@ def build_plan(function: Function) -> Plan:
         draft = lower(Lower(function, idx, len(drafts), large), inst)
         draft.label = f"{draft.kind}:{inst.op}{_shape_of(inst)}"
         drafts.append(draft)
+    drafts = batch_groups(drafts, lambda g: _split_work(g, math.prod(g.shape)))
     drafts = _drop_dead(drafts, {v.id for v in function.outputs})
     return _assign_buffers(function, drafts, template, list(groups.values()))
 
