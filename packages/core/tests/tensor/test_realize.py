@@ -125,6 +125,28 @@ def test_compile_rebinds_handles_it_only_writes() -> None:
     assert add.traces == 1
 
 
+def test_a_call_brings_its_own_rebindings_up_to_date() -> None:
+    # after each call only the handles it rebound are looked up again (`_bind`'s `since`):
+    # every later call must still see the newest values, whoever rebound them
+    state, scale = ot.zeros(3).realize(), ot.ones(3).realize()
+    history: list[float] = []
+
+    @ot.compile
+    def step(x: ot.Tensor) -> ot.Tensor:
+        new = state * scale + x
+        state.assign(new)
+        return new.sum()
+
+    for _ in range(3):
+        history.append(step(ot.ones(3)).item())
+    assert history == [3, 6, 9]
+    state.assign(ot.full((3,), 10.0))  # rebound outside: looked up in full at the next call
+    assert step(ot.ones(3)).item() == 33
+    scale.assign(ot.full((3,), 2.0))  # never rebound by the call
+    assert step(ot.ones(3)).item() == 69
+    assert state.numpy().tolist() == [23, 23, 23] and step.traces == 1
+
+
 def test_donated_input_cannot_be_reused() -> None:
     f = ot.compile(lambda x: x + 1, donate=(0,))
     x = ot.ones(3).realize()
