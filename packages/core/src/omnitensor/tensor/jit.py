@@ -191,6 +191,7 @@ class _Bound:
     captured: list[int]
     backend: Backend
     _storages: frozenset[int] | None = None
+    _nodes: frozenset[int] | None = None
 
     @property
     def storages(self) -> frozenset[int]:
@@ -206,7 +207,9 @@ class _Bound:
     @property
     def nodes(self) -> frozenset[int]:
         """Ids of the captured nodes: a call that donates one of them ends this epoch."""
-        return frozenset(id(self.refs[pos][0]) for pos in self.captured)
+        if self._nodes is None:
+            self._nodes = frozenset(id(self.refs[pos][0]) for pos in self.captured)
+        return self._nodes
 
 
 @dataclass
