@@ -6,8 +6,8 @@ chain is its own fused group, and each group's call cost 20-40 us of Python and 
 whatever its size: a char-gpt step's ~30 updates took ~1 ms, a (128,) bias's as long as a
 (128, 128) weight's. Here groups with the same kernel source and operand dtypes, none reading
 another's results, become one step at the place of the last of them, which calls the source's
-``many`` (`codegen.FusedGroup.source`) once over all of them: operands go in as tuples, one
-array per group, and each group's elements split over numba's OpenMP workers.
+``many`` (`codegen.FusedGroup.source`) once over all of them: operands go in by address (one
+int64 table, `addresses`), and each group's elements split over numba's OpenMP workers.
 
 Moving a group later is safe because nothing between its place and the batch's reads its
 results (a reader closes the batch before it, see `batch_groups`), and its operands are values
@@ -120,7 +120,9 @@ def _merge(members: list[Draft], work_of: Callable[[FusedGroup], int]) -> Draft:
             kernel = kernels.get(scalars)
             if kernel is None:
                 kernel = kernels[scalars] = codegen.batched_kernel(groups[0], scalars)
-            kernel(1 if ranges is None else ranges[0], sizes, *columns)
+            from .addresses import table
+
+            kernel(1 if ranges is None else ranges[0], sizes, table(columns))
             for v, r in zip(out_ids, results, strict=True):
                 slots[v] = r
 

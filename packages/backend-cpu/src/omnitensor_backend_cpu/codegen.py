@@ -192,9 +192,10 @@ class FusedGroup:
         only) is one (n,) column, one value per row: a per-row statistic broadcast along the
         row (a layer norm's mean in its backward pass), not copied out either.
 
-        `batched` (flat kernels only) adds ``many(parts, ns, *ins, *outs)``: every operand a
-        tuple holding one array per group of this structure (`batched.batch_groups`), group j
-        ``ns[j]`` elements long, each split into `parts` ranges on numba's OpenMP workers.
+        `batched` (flat kernels only) adds ``many(parts, ns, addrs)`` over several groups of
+        this structure (`batched.batch_groups`): operand k of group j at address
+        ``addrs[k, j]``, group j ``ns[j]`` elements long, each group split into `parts` ranges
+        on numba's OpenMP workers.
         """
         dtypes = {v.id: _dtype(v.type) for i in self.insts
                   for v in (*i.operands, *i.results)}
@@ -264,16 +265,24 @@ class FusedGroup:
                   "    for p in prange(parts):", "        lo = min(n, p * step)",
                   "        hi = min(n, lo + step)", f"        {call}"]
         if batched:
+            # operands by address (`batched.addresses`): a tuple of arrays per operand, indexed
+            # by the group at run time, took numba 28 s to compile for 21 groups
             assert not any(vector) and not any(column), "batched kernels are flat"
-            member = ", ".join([f"in{k}[j]" if whole[k] else f"in{k}[j][lo:hi]"
-                                for k in range(len(self.inputs))]
-                               + [f"out{k}[j][lo:hi]" for k in range(len(self.outputs))])
-            lines += ["", "", "@jit(fastmath=FM, parallel=True)", f"def many(parts, ns, {params}):",
-                      "    for p in prange(parts):", "        for j in range(len(ns)):",
+            kinds = [_np(dtypes[v]) for v in (*self.inputs, *self.outputs)]
+            one = [k < len(whole) and whole[k] for k in range(len(kinds))]
+            views = [f"carray(pointer_at(addrs[{k}, j]), {'1' if one[k] else 'n'}, {kind})"
+                     for k, kind in enumerate(kinds)]
+            member = ", ".join([f"a{k}" if one[k] else f"a{k}[lo:hi]" for k in range(len(kinds))])
+            lines[4:4] = ["from numba import carray",
+                          "from omnitensor_backend_cpu.addresses import pointer_at"]
+            lines += ["", "", "@jit(fastmath=FM, parallel=True)", "def many(parts, ns, addrs):",
+                      "    for p in prange(parts):", "        for j in range(ns.shape[0]):",
                       "            n = ns[j]", "            step = -(-n // parts)",
                       "            step = -(-step // 64) * 64",
                       "            lo = min(n, p * step)", "            hi = min(n, lo + step)",
-                      "            if lo < hi:", f"                flat(hi - lo, {member})"]
+                      "            if lo < hi:",
+                      *[f"                a{k} = {view}" for k, view in enumerate(views)],
+                      f"                flat(hi - lo, {member})"]
         lines.append("")
         return "\n".join(lines)
 
@@ -339,6 +348,6 @@ def kernel_for(group: FusedGroup, vectors: Sequence[bool] = (), scalars: Sequenc
 
 
 def batched_kernel(group: FusedGroup, scalars: Sequence[bool]) -> Callable[..., Any]:
-    """``many(parts, ns, *ins, *outs)`` of `group`'s structure (see `FusedGroup.source`)."""
+    """``many(parts, ns, addrs)`` of `group`'s structure (see `FusedGroup.source`)."""
     many: Callable[..., Any] = load_kernel(group.source(scalars=scalars, batched=True)).many
     return many
