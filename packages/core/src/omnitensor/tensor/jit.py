@@ -514,7 +514,8 @@ class CompiledFunction(Generic[P, R]):
         refs, buffers, bound = self._inputs(trace, arg_leaves)
         donated, donated_args = trace.donated(donated_leaves)
         in_place, storages = _writable_in_place(trace.backend, buffers, donated,
-                                                trace.arguments, bound.storages)
+                                                trace.arguments,
+                                                bound.storages if donated else frozenset())
         outputs = run_plan(trace.plan, trace.key, refs, buffers, donated=in_place)
         stats.cache_hits += 1
         if donated:
