@@ -125,3 +125,45 @@ def test_a_program_with_a_compiled_group_compiles_its_small_ones_too(
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     # alone, the small one stays on numpy
     assert backend.compile(_gelu_like(100)).plan.kinds == ["ref"]
+
+
+def test_the_tier_takes_a_float32_erf_within_two_ulp() -> None:
+    """The reference erf calls math.erf per element; the tier's numpy form (mathlib's) is
+    within the compiled kernels' 2 ulp of it, special values included."""
+    import math
+
+    from omnitensor_backend_cpu import tier
+
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.normal(scale=3.0, size=200_000), np.linspace(-10, 10, 20_001),
+                        [0.0, -0.0, 0.927734375, -0.927734375, 9.0, 1e-30, -1e-38, 3.4e38,
+                         np.inf, -np.inf, np.nan]]).astype(np.float32)
+    got = tier._erf32(x)
+    want = np.array([math.erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    assert got.dtype == np.float32 and np.array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    ulps = np.abs(got[finite].view(np.int32).astype(np.int64)
+                  - want[finite].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2
+    assert np.signbit(got[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+
+
+def test_a_small_program_runs_its_float32_erf_on_the_numpy_form(
+        backend: CpuBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omnitensor_backend_cpu import tier
+
+    monkeypatch.delenv(codegen.MIN_ELEMENTS_ENV, raising=False)  # the default bound
+    calls: list[int] = []
+    fast = tier._erf32
+    monkeypatch.setitem(tier._FLOAT32_KERNELS, "erf",
+                        lambda x: calls.append(x.size) or fast(x))
+    b = Builder()
+    x = b.input(TensorType((300, 64), float32))
+    fn = b.build([b.emit("gelu", x, approximate="none")])
+    exe = backend.compile(fn)
+    assert exe.plan.kinds == ["ref"]  # (300, 64): under the default tier bound
+    xs = [np.linspace(-5, 5, 300 * 64, dtype=np.float32).reshape(300, 64)]
+    (got,) = backend.run(exe, xs)
+    # (in the far negative tail 1 + erf cancels: erf's 2 ulp there are ~1.2e-7 absolute)
+    np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=2e-6, atol=4e-7)
+    assert calls == [300 * 64]
