@@ -17,7 +17,7 @@ from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
 
-__all__ = ["addresses", "pointer_at"]
+__all__ = ["addresses", "pointer_at", "table"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types

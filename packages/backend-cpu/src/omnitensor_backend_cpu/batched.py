@@ -26,7 +26,7 @@ import numpy as np
 
 from . import codegen, pool
 from .codegen import FusedGroup
-from .drafts import Array, Draft, Slots, Step
+from .drafts import Array, Draft, Slots, Step, one_element
 
 __all__ = ["batch_groups"]
 
@@ -92,6 +92,8 @@ def _merge(members: list[Draft], work_of: Callable[[FusedGroup], int]) -> Draft:
     groups: list[FusedGroup] = [d.group for d in members]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
+        from .addresses import table  # (numba: compiled groups load it anyway)
+
         # each group's own step, for operands the batched kernel does not take
         own = [d.make({o.value: getters[o.value] for o in d.owned}) for d in members]
         out_gets = [getters[v] for g in groups for v in g.outputs]
@@ -120,8 +122,6 @@ def _merge(members: list[Draft], work_of: Callable[[FusedGroup], int]) -> Draft:
             kernel = kernels.get(scalars)
             if kernel is None:
                 kernel = kernels[scalars] = codegen.batched_kernel(groups[0], scalars)
-            from .addresses import table
-
             kernel(1 if ranges is None else ranges[0], sizes, table(columns))
             for v, r in zip(out_ids, results, strict=True):
                 slots[v] = r
@@ -151,7 +151,7 @@ def _operands(slots: Slots, in_ids: list[list[int]]
         if scalar:
             if not all([a.ndim and a.size and not any(a.strides) for a in arrays]):
                 return None
-            column = tuple([a[(0,) * (a.ndim - 1)][:1] for a in arrays])
+            column = tuple([one_element(a) for a in arrays])
         elif all([a.flags.c_contiguous for a in arrays]):
             column = tuple([a.reshape(-1) for a in arrays])
         else:

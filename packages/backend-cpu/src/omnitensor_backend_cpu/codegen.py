@@ -234,6 +234,8 @@ class FusedGroup:
             "import math",
             "import numpy as np",
             "from omnitensor_backend_cpu._compat import jit, prange",
+            *(["from numba import carray",
+               "from omnitensor_backend_cpu.addresses import pointer_at"] if batched else []),
             ("from omnitensor_backend_cpu.mathlib import activation64, erf32, erf32f, exp32, "
              "exp32f, gelu_erf32f, gelu_tanh32f, logistic32, logistic32f, silu32f, tanh32, "
              "tanh32f"),
@@ -274,8 +276,6 @@ class FusedGroup:
             views = [f"carray(pointer_at(addrs[{k}, j]), {'1' if one[k] else 'n'}, {kind})"
                      for k, kind in enumerate(kinds)]
             member = ", ".join([f"a{k}" if one[k] else f"a{k}[lo:hi]" for k in range(len(kinds))])
-            lines[4:4] = ["from numba import carray",
-                          "from omnitensor_backend_cpu.addresses import pointer_at"]
             lines += ["", "", "@jit(fastmath=FM, parallel=True)", "def many(parts, ns, addrs):",
                       "    for p in prange(parts):", "        for j in range(ns.shape[0]):",
                       "            n = ns[j]", "            step = -(-n // parts)",

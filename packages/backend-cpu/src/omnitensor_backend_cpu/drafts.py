@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Array", "Draft", "Owned", "Slots", "Step"]
+__all__ = ["Array", "Draft", "Owned", "Slots", "Step", "one_element"]
 
 Array = np.ndarray[Any, Any]
 Slots = list[Any]
@@ -47,3 +47,9 @@ class Draft:
     #: a compiled fused group's group (`codegen.FusedGroup`): groups of one structure may run
     #: as one call (`batched`)
     group: Any = None
+
+
+def one_element(a: Array) -> Array:
+    """A broadcast scalar (every stride 0) as a 1-element array, for a kernel's scalar input."""
+    one: Array = a.reshape(-1)[:1] if a.flags.c_contiguous else a[(0,) * (a.ndim - 1)][:1]
+    return one

@@ -31,7 +31,7 @@ from omnitensor.ir.types import TensorType
 from . import codegen, pool
 from .batched import batch_groups
 from .codegen import FusedGroup
-from .drafts import Array, Draft, Owned, Slots, Step
+from .drafts import Array, Draft, Owned, Slots, Step, one_element
 from .lowering import Lower, lower
 from .tier import reference_runner
 
@@ -175,7 +175,7 @@ def _fused_step(group: FusedGroup, index: int, large: bool) -> Draft:
                 if split:
                     rows = math.prod(group.shape[:split])
                     cols = size // rows
-                    operands = [_one(a) if s else a[(0,) * split].reshape(cols) if v else
+                    operands = [one_element(a) if s else a[(0,) * split].reshape(cols) if v else
                                 np.ascontiguousarray(a[(Ellipsis, *(0,) * (a.ndim - split))]
                                                      ).reshape(rows) if c else
                                 np.ascontiguousarray(a).reshape(rows, cols)
@@ -198,7 +198,7 @@ def _fused_step(group: FusedGroup, index: int, large: bool) -> Draft:
                     # NOTE: other strided and broadcast operands are copied contiguous first:
                     # one extra pass over them, against a loop nest over arbitrary strides that
                     # LLVM does not vectorize (30x slower for a tanh-GELU over (576, 512)).
-                    args = [_one(a) if s else a.reshape(-1) if a.flags.c_contiguous
+                    args = [one_element(a) if s else a.reshape(-1) if a.flags.c_contiguous
                             else np.ascontiguousarray(a).reshape(-1)
                             for a, s in zip(arrays, scalars, strict=True)]
                     flats = [*args, *[r.reshape(-1) for r in results]]
@@ -222,11 +222,6 @@ def _fused_step(group: FusedGroup, index: int, large: bool) -> Draft:
     # NOTE: a small group runs the reference kernels: its kind says so (profiles, labels).
     return Draft(ins, outs, make, owned, "ref" if small else "fused",
                  group=None if small else group)
-
-
-def _one(a: Array) -> Array:
-    """A broadcast scalar (every stride 0) as a 1-element array, for a kernel's scalar input."""
-    return a.reshape(-1)[:1] if a.flags.c_contiguous else a[(0,) * (a.ndim - 1)][:1]
 
 
 def _repeats(a: Array, split: int) -> bool:

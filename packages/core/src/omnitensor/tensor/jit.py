@@ -262,7 +262,7 @@ class _Trace:
             direct: list[list[int]] = [[] for _ in handles]
             others: list[int] = []
             for pos, sources in self.watched:
-                live = [h for h in (s() for s in sources)]
+                live = [s() for s in sources]
                 if not any(h is not None and id(h) in index for h in live):
                     continue
                 i = None if live[0] is None else index.get(id(live[0]))
