@@ -1,6 +1,6 @@
 """The plan step of one instruction run by a compiled kernel (the composites' lowerings use it).
 
-The kernel writes the instruction's single result into the buffer the memory planner gives it.
+The kernel writes the instruction's results into the buffers the memory planner gives them.
 Small instances (fewer result elements than `codegen.min_elements`) run the instruction's
 reference kernel instead (for a composite, its decomposition; see `tier`).
 
@@ -12,6 +12,7 @@ step's norms, rotary embeddings and activations skip their Python wrappers.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 
 from omnitensor.ir.program import Instruction
@@ -24,12 +25,12 @@ from .tier import reference_runner
 
 __all__ = ["Kernel", "kernel_draft", "once"]
 
-#: ``kernel(operands, out) -> (call, reusable)``: the kernel's call on operands in the order of
-#: `kernel_draft`'s `reads` (None where an optional operand is absent) into `out`, the result
-#: buffer (C-contiguous), and whether the call may run again for the same array objects (it
-#: holds views of them only, no copies). The last `dynamic` reads are not among the operands:
-#: the call takes them, at every run.
-Kernel = Callable[[list[Array | None], Array], tuple[Callable[..., None], bool]]
+#: ``kernel(operands, *outs) -> (call, reusable)``: the kernel's call on operands in the order of
+#: `kernel_draft`'s `reads` (None where an optional operand is absent) into `outs`, the result
+#: buffers (C-contiguous; one per result of the instruction), and whether the call may run
+#: again for the same array objects (it holds views of them only, no copies). The last
+#: `dynamic` reads are not among the operands: the call takes them, at every run.
+Kernel = Callable[..., tuple[Callable[..., None], bool]]
 
 
 def once(run: Callable[[list[Array | None], Array], None]) -> Kernel:
@@ -43,13 +44,13 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
     """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
 
     Args:
-        inst: the instruction (single result).
+        inst: the instruction (its results all tensors, written by the kernel).
         index: the step's position in the plan.
         reads: value ids the kernel reads, None for absent optional operands.
         kernel: makes the kernel function (imports the numba module then).
         kind: the step kind in `Plan.kinds` and labels; a small instance, which runs the
             reference kernels, is kind ``ref`` instead, so profiles say what really runs.
-        work: the size compared with `codegen.min_elements` (default: the result's elements;
+        work: the size compared with `codegen.min_elements` (default: the first result's elements;
             attention passes its score count, which grows with the KV cache while its result
             does not).
         large: the program is large (`lowering.Lower.large`): the kernel runs at any size. Such
@@ -59,46 +60,63 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         dynamic: how many of the last `reads` the prepared call takes at every run (values
             that change from run to run, such as attention's mask and cache length).
     """
-    result = inst.results[0]
-    assert isinstance(result.type, TensorType)
-    out = result.id
-    owned = [Owned(out, result.type.shape, result.type.dtype.np, index)]
-    small = not large and (result.type.size if work is None else work) < codegen.min_elements()
+    types = [r.type for r in inst.results]
+    assert all(isinstance(t, TensorType) for t in types)
+    outs = [r.id for r in inst.results]
+    owned = [Owned(r.id, r.type.shape, r.type.dtype.np, index) for r in inst.results
+             if isinstance(r.type, TensorType)]
+    size = math.prod(owned[0].shape)
+    small = not large and (size if work is None else work) < codegen.min_elements()
+    count = len(outs)
     ids = list(reads)
     # the operands the call is prepared for, and the values it takes at every run
     statics, dynamics = ids[:len(ids) - dynamic], ids[len(ids) - dynamic:]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
-        get = getters[out]
+        gets = [getters[out] for out in outs]
 
         def compiled() -> Step:
             prepare = kernel()
             kept = Kept()
             # NOTE: an escaping result's buffer is fresh per run: keeping a call for it would
             # only hold the last run's output alive
-            fresh = getattr(get, "fresh", False)
+            fresh = any(getattr(get, "fresh", False) for get in gets)
 
             def prepare_all(arrays: Sequence[Array | None]) -> tuple[Callable[..., None], bool]:
-                *args, buffer = arrays
-                assert buffer is not None
-                return prepare(args, buffer)
+                return prepare(list(arrays[:-count]), *arrays[-count:])
 
-            def step(slots: Slots) -> None:
-                buffer = get(slots)
-                if buffer.size:
-                    args = [None if i is None else slots[i] for i in statics]
-                    values = [None if i is None else slots[i] for i in dynamics]
-                    if fresh:
-                        prepare(args, buffer)[0](*values)
-                    else:
-                        args.append(buffer)
-                        kept.run(args, prepare_all, values)
-                slots[out] = buffer
+            if count == 1:  # (the common case: no list of buffers made per run)
+                get, out = gets[0], outs[0]
 
-            return step
+                def step(slots: Slots) -> None:
+                    buffer = get(slots)
+                    if buffer.size:
+                        args = [None if i is None else slots[i] for i in statics]
+                        values = [None if i is None else slots[i] for i in dynamics]
+                        if fresh:
+                            prepare(args, buffer)[0](*values)
+                        else:
+                            args.append(buffer)
+                            kept.run(args, prepare_all, values)
+                    slots[out] = buffer
+
+                return step
+
+            def step_many(slots: Slots) -> None:
+                buffers = [get(slots) for get in gets]
+                args = [None if i is None else slots[i] for i in statics]
+                values = [None if i is None else slots[i] for i in dynamics]
+                if fresh:
+                    prepare(args, *buffers)[0](*values)
+                else:
+                    kept.run(args + buffers, prepare_all, values)
+                for out, buffer in zip(outs, buffers, strict=True):
+                    slots[out] = buffer
+
+            return step_many
 
         if small:
-            return reference_runner([inst], {}, [out], [get])
+            return reference_runner([inst], {}, outs, gets)
         return compiled()
 
-    return Draft([i for i in ids if i is not None], [out], make, owned, "ref" if small else kind)
+    return Draft([i for i in ids if i is not None], outs, make, owned, "ref" if small else kind)

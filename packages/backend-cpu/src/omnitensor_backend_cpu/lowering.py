@@ -372,3 +372,55 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
     scores = math.prod(qt.shape[:3]) * kt.shape[2]  # (B, Hq, T, S)
     return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=max(scores, result.size),
                         large=ctx.large, dynamic=3)
+
+
+#: Keys per row up to which the fused attention backward runs; longer rows (and float64) get
+#: the composite's decomposition, whose batched BLAS products beat per-row loops there.
+BACKWARD_MAX_KEYS: Final = 64
+
+
+def _backward_fits(view: OpView) -> str | None:
+    inst = view.inst
+    types = [r.type for r in inst.results]
+    if not all(isinstance(t, TensorType) and t.dtype == float32 for t in types):
+        return "the fused attention backward runs float32 only"
+    if set(inst.attrs) - _ATTN_ATTRS or str(inst.attrs.get("mask_kind")) not in (
+            "none", "bool", "additive"):
+        return "attributes the fused attention backward does not know"
+    keys = types[1]
+    assert isinstance(keys, TensorType)
+    if keys.shape[2] > BACKWARD_MAX_KEYS:
+        return f"rows of more than {BACKWARD_MAX_KEYS} keys run the decomposition"
+    return None
+
+
+@LOWERINGS.register("scaled_dot_product_attention_backward", dtypes=(float32,),
+                    when=_backward_fits)
+def _attention_backward(ctx: Lower, view: OpView) -> Draft | None:
+    inst = view.inst
+    q, k, v, g, *extras = inst.operands
+    kind = str(inst.attrs.get("mask_kind", "none"))
+    mask = extras.pop(0) if kind != "none" else None
+    qpos = extras.pop(0) if inst.attrs.get("has_q_positions", False) else None
+    kvlen = extras.pop(0) if inst.attrs.get("has_kv_length", False) else None
+    scale = float(inst.attrs["scale"])
+    softcap = float(inst.attrs.get("softcap", 0.0))
+    causal = bool(inst.attrs.get("is_causal", False))
+    reads = [q.id, k.id, v.id, g.id, *(None if t is None else t.id for t in (mask, qpos, kvlen))]
+
+    def kernel() -> Kernel:
+        from . import attention_backward
+
+        def prepare(args: list[Array | None], dq: Array, dk: Array,
+                    dv: Array) -> tuple[Callable[..., None], bool]:
+            a, b, c, d = args
+            assert a is not None and b is not None and c is not None and d is not None
+            return attention_backward.prepare_backward(a, b, c, d, dq, dk, dv, scale=scale,
+                                                       causal=causal, softcap=softcap), True
+
+        return prepare
+
+    sizes = sum(math.prod(r.type.shape) for r in inst.results if isinstance(r.type, TensorType))
+    return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=sizes, large=ctx.large,
+                        dynamic=3)
+

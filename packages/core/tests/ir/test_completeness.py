@@ -77,6 +77,9 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "geglu": lambda: ([f32(2, 3), f32(2, 3)], {"approximate": "tanh"}),
     "scaled_dot_product_attention": lambda: (
         [f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 6)], {"scale": 0.5, "is_causal": True}),
+    "scaled_dot_product_attention_backward": lambda: (
+        [f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 6), f32(1, 4, 3, 6)],
+        {"scale": 0.5, "is_causal": True}),
     "rotary_embedding": lambda: ([f32(2, 5, 8), f32(5, 4), f32(5, 4)], {"interleaved": True}),
     "cross_entropy": lambda: ([f32(2, 3), i32(2)], {"label_smoothing": 0.1}),
     "custom_call": lambda: ([f32(2, 3), f32(2, 3)],

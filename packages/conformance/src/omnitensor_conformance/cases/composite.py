@@ -242,6 +242,58 @@ def _attention_extras(dtype: DType) -> Iterator[Sample]:
                  attend(has_kv_length=True), check="nmse")
 
 
+@cases("scaled_dot_product_attention_backward")
+def _attention_backward(dtype: DType) -> Iterator[Sample]:
+    """The fused backward on the forward's layouts, masks and edge rows (cotangent `grad`)."""
+    from omnitensor.dtypes import bool_, int32
+
+    def grads(**attrs: object) -> Callable[..., tuple[Value, ...]]:
+        def build(b: Builder, q: Value, k: Value, v: Value, g: Value,
+                  *extras: Value) -> tuple[Value, ...]:
+            return b.emit_multi("scaled_dot_product_attention_backward", q, k, v, g, *extras,
+                                scale=0.35, **attrs)
+
+        return build
+
+    def strided(b: Builder, q: Value, k: Value, v: Value, g: Value) -> tuple[Value, ...]:
+        qt = b.emit("transpose", q, perm=(0, 2, 1, 3))  # (B, T, H, D) read as (B, H, T, D)
+        return b.emit_multi("scaled_dot_product_attention_backward", qt, k, v, g, scale=0.35,
+                            is_causal=True)
+
+    def keep(rng: np.random.Generator, t: TensorType) -> np.ndarray:
+        mask = rng.random(t.shape) > 0.3
+        mask.reshape(-1, t.shape[-1])[0] = False  # one row with no key left
+        return mask
+
+    def ints(*values: int) -> Callable[[np.random.Generator, TensorType], np.ndarray]:
+        return lambda rng, t: np.asarray(values, np.int32).reshape(t.shape)
+
+    def qkvg(t: int, s: int, hq: int = 4, hkv: int = 2, d: int = 8,
+             dv: int = 8) -> list[TensorType]:
+        return [TensorType((2, hq, t, d), dtype), TensorType((2, hkv, s, d), dtype),
+                TensorType((2, hkv, s, dv), dtype), TensorType((2, hq, t, dv), dtype)]
+
+    yield sample("mha", qkvg(5, 5, 2, 2), grads(), check="nmse")
+    yield sample("gqa_causal", qkvg(9, 9), grads(is_causal=True), check="nmse")
+    yield sample("value_width", qkvg(4, 7, 2, 1, 8, 5), grads(is_causal=True), check="nmse")
+    yield sample("long_keys", qkvg(3, 70, 2, 1), grads(), check="nmse")
+    yield sample("strided", [TensorType((2, 5, 4, 8), dtype), *qkvg(5, 5)[1:]], strided,
+                 check="nmse")
+    q, k, v, g = qkvg(4, 4, 2, 1)
+    yield sample("edges", [Arg(q, "edges"), k, v, g], grads(is_causal=True), check="nmse")
+    q, k, v, g = qkvg(3, 9)
+    padding = Arg(TensorType((2, 1, 1, 9), bool_), keep)
+    yield sample("bool_padding", [q, k, v, g, padding], grads(mask_kind="bool"), check="nmse")
+    yield sample("additive_softcap", [q, k, v, g, Arg(TensorType((2, 1, 3, 9), dtype),
+                                                      "small")],
+                 grads(mask_kind="additive", softcap=1.5), check="nmse")
+    cache = [Arg(TensorType((3,), int32), ints(4, 5, 6)), Arg(TensorType((), int32), ints(7))]
+    yield sample("everything", [q, k, v, g, padding, *cache],
+                 grads(is_causal=True, mask_kind="bool", has_q_positions=True,
+                       has_kv_length=True, softcap=2.0), check="nmse")
+    yield sample("empty", qkvg(0, 5), grads(), check="nmse")
+
+
 @cases("cross_entropy")
 def _cross_entropy(dtype: DType) -> Iterator[Sample]:
     from omnitensor.dtypes import int32

@@ -205,6 +205,20 @@ def _composite_samples(add: Callable[[GradSample], None]) -> None:
                    ((1, 2, 3, 4), (1, 1, 5, 4), (1, 1, 5, 3), (1, 1, 3, 5)),
                    lambda q, k, v, m: _op("scaled_dot_product_attention", q, k, v, m, scale=0.5,
                                           mask_kind="additive", softcap=2.0)))
+    add(GradSample("scaled_dot_product_attention", "constant_additive_mask_softcap",
+                   ((2, 2, 3, 4), (2, 1, 5, 4), (2, 1, 5, 3)),
+                   lambda q, k, v: _op("scaled_dot_product_attention", q, k, v,
+                                       _op("constant", value=np.linspace(
+                                           -1, 1, 15, dtype=q.dtype.np).reshape(1, 1, 3, 5)),
+                                       scale=0.5, mask_kind="additive", softcap=2.0)))
+    backward = "scaled_dot_product_attention_backward"
+    add(GradSample(backward, "dq_causal_softcap",
+                   ((1, 2, 3, 4), (1, 1, 5, 4), (1, 1, 5, 3), (1, 2, 3, 3)),
+                   lambda q, k, v, g: _op_multi(backward, q, k, v, g, scale=0.5,
+                                                is_causal=True, softcap=2.0)[0]))
+    add(GradSample(backward, "dk_plus_dv",
+                   ((1, 2, 3, 4), (1, 1, 5, 4), (1, 1, 5, 4), (1, 2, 3, 4)),
+                   lambda q, k, v, g: sum(_op_multi(backward, q, k, v, g, scale=0.5)[1:])))
     add(GradSample("scaled_dot_product_attention", "bool_mask_positions_cache",
                    ((1, 2, 2, 4), (1, 1, 6, 4), (1, 1, 6, 3)),
                    lambda q, k, v: _op("scaled_dot_product_attention", q, k, v,

@@ -51,9 +51,28 @@ def through_decomposition(name: str) -> Callable[..., tuple[Tensor | None, ...]]
     return rule
 
 
+_OWN_RULES = ("softmax", "log_softmax", "cross_entropy", "scaled_dot_product_attention")
+
 for _name, _opdef in all_ops().items():
-    if _opdef.has(Trait.COMPOSITE) and _name not in ("softmax", "log_softmax", "cross_entropy"):
+    if _opdef.has(Trait.COMPOSITE) and _name not in _OWN_RULES:
         vjp(_name)(through_decomposition(_name))
+
+_attention_through_decomposition = through_decomposition("scaled_dot_product_attention")
+
+
+@vjp("scaled_dot_product_attention")
+def _attention(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *extras: Tensor,
+               **attrs: Any) -> tuple[Tensor | None, ...]:
+    # NOTE: one composite for dq, dk and dv (a backend runs it as one kernel per head); an
+    # additive mask that needs its own gradient (a learned bias) goes through the
+    # decomposition, which gives every operand's.
+    if attrs["mask_kind"] == "additive" and extras[0]._grad_fn is not None:
+        return _attention_through_decomposition(g, out, q, k, v, *extras, **attrs)
+    from ...tensor.tensor import Tensor
+
+    dq, dk, dv = Tensor._apply_multi("scaled_dot_product_attention_backward", q, k, v, g,
+                                     *extras, **attrs)
+    return (dq, dk, dv) + (None,) * len(extras)
 
 
 @vjp("cross_entropy")

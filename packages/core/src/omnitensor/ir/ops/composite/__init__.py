@@ -6,5 +6,6 @@ One module per family; importing this package registers them. See docs/architect
 
 from .activations import *  # noqa: F403
 from .attention import *  # noqa: F403
+from .attention_backward import *  # noqa: F403
 from .losses import *  # noqa: F403
 from .norms import *  # noqa: F403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,8 @@ from ...opdef import OpView, attribute, composite, operand
 from ...types import TensorType, Value
 from ._emit import binary, broadcast, scalar
 
-__all__ = ["MASK_KINDS", "RotaryEmbeddingView", "ScaledDotProductAttentionView"]
+__all__ = ["MASK_KINDS", "AttentionWeights", "RotaryEmbeddingView",
+           "ScaledDotProductAttentionView", "attention_weights"]
 
 
 def _half(b: Builder, x: Value, which: int, interleaved: bool) -> Value:
@@ -146,48 +148,76 @@ class ScaledDotProductAttentionView(OpView):
     def decompose(b: Builder, q: Value, k: Value, v: Value, extras: tuple[Value, ...], *,
                   scale: float, is_causal: bool, mask_kind: str, has_q_positions: bool,
                   has_kv_length: bool, softcap: float) -> Value:
-        bq, hq, t, d = dense(q.type).shape
+        bq, hq, t, _ = dense(q.type).shape
         hkv, s, dv = dense(k.type).shape[1], dense(k.type).shape[2], dense(v.type).shape[3]
-        g = hq // hkv
-        rest = list(extras)
-        mask = rest.pop(0) if mask_kind != "none" else None
-        q_positions = rest.pop(0) if has_q_positions else None
-        kv_length = rest.pop(0) if has_kv_length else None
-        full = (bq, hq, t, s)
-        qr = b.emit("reshape", q, shape=(bq, hkv, g * t, d))
-        scores = b.emit("dot_general", qr, k, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
-        scores = binary(b, "mul", scores, float(scale))
-        scores = b.emit("reshape", scores, shape=full)
-        if softcap > 0.0:
-            capped = b.emit("tanh", binary(b, "mul", scores, 1.0 / softcap))
-            scores = binary(b, "mul", capped, float(softcap))
-        keep: Value | None = None
-        if is_causal or kv_length is not None:
-            k_pos = b.emit("iota", shape=(t, s), dimension=1, dtype=int32)
-            if is_causal:
-                if q_positions is None:
-                    q_pos = binary(b, "add", b.emit("iota", shape=(t, s), dimension=0,
-                                                    dtype=int32), s - t)
-                else:
-                    q_pos = b.emit("broadcast_in_dim", q_positions, shape=(t, s), dims=(0,))
-                keep = b.emit("le", k_pos, q_pos)
-            if kv_length is not None:
-                limit = b.emit("broadcast_in_dim", kv_length, shape=(t, s), dims=())
-                valid = b.emit("lt", k_pos, limit)
-                keep = valid if keep is None else b.emit("and", keep, valid)
-        if mask is not None and mask_kind == "bool":
-            keep = mask if keep is None else binary(b, "and", keep, mask)
-        elif mask is not None:
-            scores = binary(b, "add", scores, mask)
-        if keep is not None:
-            low = broadcast(b, scalar(b, _lowest(dense(q.type).dtype), q), full)
-            scores = b.emit("select", _broadcast_to(b, keep, full), scores, low)
-        # NOTE: the softmax stays a composite, as F.softmax records it: a backend that expands
-        # attention still reaches its softmax row kernel.
-        probs = b.emit("softmax", scores, axes=(3,))
-        probs = b.emit("reshape", probs, shape=(bq, hkv, g * t, s))
+        weights = attention_weights(b, q, k, extras, scale=scale, is_causal=is_causal,
+                                    mask_kind=mask_kind, has_q_positions=has_q_positions,
+                                    has_kv_length=has_kv_length, softcap=softcap)
+        probs = b.emit("reshape", weights.probs, shape=(bq, hkv, hq // hkv * t, s))
         out = b.emit("dot_general", probs, v, contracting=((3,), (2,)), batch=((0, 1), (0, 1)))
         return b.emit("reshape", out, shape=(bq, hq, t, dv))
+
+
+@dataclass(frozen=True)
+class AttentionWeights:
+    """What `attention_weights` emits: the weights and what their gradient needs.
+
+    Attributes:
+        probs: the softmax weights, (B, Hq, T, S).
+        keep: the bool (B, Hq, T, S) keys attended, None when nothing is masked out.
+        capped: ``tanh(scores / softcap)`` before the mask (None without a soft cap).
+    """
+
+    probs: Value
+    keep: Value | None
+    capped: Value | None
+
+
+def attention_weights(b: Builder, q: Value, k: Value, extras: tuple[Value, ...], *,
+                      scale: float, is_causal: bool, mask_kind: str, has_q_positions: bool,
+                      has_kv_length: bool, softcap: float) -> AttentionWeights:
+    """Emit the attention weights softmax(softcap(q k^T * scale) + mask) of the composite."""
+    bq, hq, t, d = dense(q.type).shape
+    hkv, s = dense(k.type).shape[1], dense(k.type).shape[2]
+    g = hq // hkv
+    rest = list(extras)
+    mask = rest.pop(0) if mask_kind != "none" else None
+    q_positions = rest.pop(0) if has_q_positions else None
+    kv_length = rest.pop(0) if has_kv_length else None
+    full = (bq, hq, t, s)
+    qr = b.emit("reshape", q, shape=(bq, hkv, g * t, d))
+    scores = b.emit("dot_general", qr, k, contracting=((3,), (3,)), batch=((0, 1), (0, 1)))
+    scores = binary(b, "mul", scores, float(scale))
+    scores = b.emit("reshape", scores, shape=full)
+    capped: Value | None = None
+    if softcap > 0.0:
+        capped = b.emit("tanh", binary(b, "mul", scores, 1.0 / softcap))
+        scores = binary(b, "mul", capped, float(softcap))
+    keep: Value | None = None
+    if is_causal or kv_length is not None:
+        k_pos = b.emit("iota", shape=(t, s), dimension=1, dtype=int32)
+        if is_causal:
+            if q_positions is None:
+                q_pos = binary(b, "add", b.emit("iota", shape=(t, s), dimension=0,
+                                                dtype=int32), s - t)
+            else:
+                q_pos = b.emit("broadcast_in_dim", q_positions, shape=(t, s), dims=(0,))
+            keep = b.emit("le", k_pos, q_pos)
+        if kv_length is not None:
+            limit = b.emit("broadcast_in_dim", kv_length, shape=(t, s), dims=())
+            valid = b.emit("lt", k_pos, limit)
+            keep = valid if keep is None else b.emit("and", keep, valid)
+    if mask is not None and mask_kind == "bool":
+        keep = mask if keep is None else binary(b, "and", keep, mask)
+    elif mask is not None:
+        scores = binary(b, "add", scores, mask)
+    if keep is not None:
+        low = broadcast(b, scalar(b, _lowest(dense(q.type).dtype), q), full)
+        keep = _broadcast_to(b, keep, full)
+        scores = b.emit("select", keep, scores, low)
+    # NOTE: the softmax stays a composite, as F.softmax records it: a backend that expands
+    # attention still reaches its softmax row kernel.
+    return AttentionWeights(b.emit("softmax", scores, axes=(3,)), keep, capped)
 
 
 def _broadcast_to(b: Builder, value: Value, shape: tuple[int, ...]) -> Value:
