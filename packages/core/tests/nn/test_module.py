@@ -189,6 +189,19 @@ def test_clip_grad_norm_and_schedule() -> None:
     assert lrs[-1] < lrs[2] and opt.param_groups[0]["lr"] == pytest.approx(0.1)
 
 
+def test_clip_grad_norm_joins_every_gradient() -> None:
+    a, w = nn.Parameter(ot.tensor([3.0, 4.0])), nn.Parameter(ot.tensor([[1.0, 2.0], [2.0, 4.0]]))
+    unused = nn.Parameter(ot.tensor([5.0]))
+    ((a * a).sum() + (w * w).sum()).backward()  # grads (6, 8) and 2w: norm sqrt(100 + 100)
+    norm = nn.clip_grad_norm_([a, unused, w], 2.0)
+    assert norm.item() == pytest.approx(np.sqrt(200.0))
+    scale = 2.0 / np.sqrt(200.0)
+    np.testing.assert_allclose(a.grad.numpy(), [6 * scale, 8 * scale], rtol=1e-5)
+    np.testing.assert_allclose(w.grad.numpy(), [[2 * scale, 4 * scale], [4 * scale, 8 * scale]],
+                               rtol=1e-5)
+    assert unused.grad is None
+
+
 def test_param_groups_have_their_own_hyperparameters() -> None:
     a, b = nn.Parameter(ot.tensor([1.0])), nn.Parameter(ot.tensor([1.0]))
     opt = nn.SGD([{"params": [a]}, {"params": [b], "lr": 0.0}], lr=0.5)

@@ -25,6 +25,7 @@ from ..errors import OmnitensorError
 from ..ir.program import Role
 from ..tensor.interop import from_numpy
 from ..tensor.realize import tracing
+from ..tensor.shape import concat
 from ..tensor.tensor import Tensor, realize
 from .module import assign
 
@@ -321,16 +322,12 @@ def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
     if not grads:
         return from_numpy(np.asarray(0.0, np.float32))
     with no_grad():
-        total: Any = None
-        for p in grads:
-            g32 = p.grad.astype("float32") if p.grad is not None else None
-            if g32 is not None:
-                # NOTE: one dot product (BLAS on the cpu backend), not a multiply and a sum:
-                # 28 us against ~45 a parameter, 36 of them in a char-gpt step
-                flat = g32.reshape(-1)
-                square = flat @ flat
-                total = square if total is None else total + square
-        norm: Tensor = total.sqrt()
+        # NOTE: every gradient joined into one vector and one dot product (BLAS on the cpu
+        # backend): a char-gpt step's 36 dot products and 35 scalar sums took ~0.19 ms as
+        # 71 plan steps, the copy and the one product ~0.06 ms
+        flats = [p.grad.astype("float32").reshape(-1) for p in grads if p.grad is not None]
+        joined = flats[0] if len(flats) == 1 else concat(flats)
+        norm: Tensor = (joined @ joined).sqrt()
         factor = (max_norm / (norm + 1e-6)).clip(max=1.0)
         for p in grads:
             if p.grad is not None:
