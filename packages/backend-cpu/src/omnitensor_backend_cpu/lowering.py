@@ -226,6 +226,42 @@ for _kind in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
     LOWERINGS.register(_kind)(_row_lowering(_kind))
 
 
+def _norm_backward_lowering(kind: str) -> Callable[[Lower, OpView], Draft | None]:
+    # (the composite's own checks hold: params of the normalized shape and x's dtype, trailing
+    # axes, grad of x's type)
+    def lowering(ctx: Lower, view: OpView) -> Draft | None:
+        inst = view.inst
+        x, g, *params = inst.operands
+        if not isinstance(x.type, TensorType) or x.type.dtype not in _FLOATS:
+            return None
+        axes = len(tuple(inst.attrs["axes"]))
+        eps = float(inst.attrs.get("eps", 0.0))
+        reads = [x.id, g.id, params[0].id if params else None]
+
+        def kernel() -> Kernel:
+            from . import norm_backward
+
+            def prepare(args: list[Array | None], dx: Array, *dparams: Array
+                        ) -> tuple[Callable[[], None], bool]:
+                a, b, w = args
+                assert a is not None and b is not None
+                reusable = all(v is None or v.flags.c_contiguous for v in args)
+                return norm_backward.prepare_norm_backward(
+                    a, b, w, dx, *(list(dparams) + [None, None])[:2], eps=eps,
+                    centre=kind == "layer_norm", axes=axes), reusable
+
+            return prepare
+
+        return kernel_draft(inst, ctx.step, reads, kernel, "rows",
+                            work=2 * math.prod(x.type.shape), large=ctx.large)
+
+    return lowering
+
+
+for _kind in ("layer_norm", "rms_norm"):
+    LOWERINGS.register(f"{_kind}_backward")(_norm_backward_lowering(_kind))
+
+
 @LOWERINGS.register("cross_entropy")
 def _cross_entropy(ctx: Lower, view: OpView) -> Draft | None:
     inst = view.inst

@@ -23,7 +23,8 @@ from ._compat import jit
 from .mathlib import softmax_weight32f
 from .prepared import nothing
 
-__all__ = ["cross_entropy", "layer_norm", "log_softmax", "prepare_norm", "rms_norm", "softmax"]
+__all__ = ["cross_entropy", "layer_norm", "log_softmax", "prepare_norm", "rms_norm", "rows_of",
+           "softmax", "vector_of"]
 
 Array = np.ndarray[Any, Any]
 
@@ -209,7 +210,7 @@ def _norm64(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: flo
             dst[j] = y + b[j] if flags & 2 else y
 
 
-def _rows(x: Array, cols: int) -> Array:
+def rows_of(x: Array, cols: int) -> Array:
     """`x` as C-contiguous rows of `cols`, viewed read-only.
 
     A plan's inputs are read-only (handed-out buffers) and its intermediates writable; numba
@@ -226,7 +227,7 @@ def softmax(x: Array, out: Array, *, log: bool = False) -> None:
     if x.size == 0:
         return
     cols = x.shape[-1] if x.ndim else 1
-    xs, dst = _rows(x, cols), out.reshape(-1, cols)
+    xs, dst = rows_of(x, cols), out.reshape(-1, cols)
     kernel = _softmax32 if x.dtype == np.float32 else _softmax64
     same = _address(xs) == _address(dst)
     pool.parallel_for(xs.shape[0], lambda lo, hi: kernel(xs[lo:hi], dst[lo:hi], log, same),
@@ -267,11 +268,11 @@ def prepare_norm(x: Array, weight: Array | None, bias: Array | None, out: Array,
     cols = math.prod(x.shape[x.ndim - axes:])
     reusable = x.flags.c_contiguous and all(
         v is None or (v.dtype == x.dtype and v.flags.c_contiguous) for v in (weight, bias))
-    xs = _rows(x, cols)
+    xs = rows_of(x, cols)
     dst = out.reshape(xs.shape)
     flags = (weight is not None) | (bias is not None) << 1
-    w = _vector(weight, x.dtype, cols) if weight is not None else xs[0]
-    b = _vector(bias, x.dtype, cols) if bias is not None else xs[0]
+    w = vector_of(weight, x.dtype, cols) if weight is not None else xs[0]
+    b = vector_of(bias, x.dtype, cols) if bias is not None else xs[0]
     kernel = _norm32 if x.dtype == np.float32 else _norm64
     work = xs.size // _NORM_ELEMENTS_PER_UNIT
     if work < pool.MIN_SPLIT:  # (a decode step's (1, 896): no split)
@@ -281,7 +282,7 @@ def prepare_norm(x: Array, weight: Array | None, bias: Array | None, out: Array,
 
 
 
-def _vector(values: Array, dtype: Any, cols: int) -> Array:
+def vector_of(values: Array, dtype: Any, cols: int) -> Array:
     """`values` as a read-only C-contiguous vector of `cols` elements of `dtype`.
 
     A view when it is one already; read-only, as `_rows`, for one compiled kernel per dtype.
@@ -381,7 +382,7 @@ def cross_entropy(x: Array, target: Array, out: Array, *, ignore_index: int,
     if out.size == 0:
         return
     cols = x.shape[-1]
-    xs = _rows(x, cols)
+    xs = rows_of(x, cols)
     ts = np.ascontiguousarray(target, np.int32).reshape(-1)
     dst = out.reshape(-1)
     kernel = _xent32 if x.dtype == np.float32 else _xent64

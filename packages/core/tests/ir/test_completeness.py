@@ -77,6 +77,8 @@ SAMPLES: dict[str, Callable[[], Sample]] = {
     "geglu": lambda: ([f32(2, 3), f32(2, 3)], {"approximate": "tanh"}),
     "scaled_dot_product_attention": lambda: (
         [f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 6)], {"scale": 0.5, "is_causal": True}),
+    "layer_norm_backward": lambda: ([f32(2, 3), f32(2, 3), f32(3), f32(3)], {"axes": (1,)}),
+    "rms_norm_backward": lambda: ([f32(2, 3), f32(2, 3), f32(3)], {"axes": (1,)}),
     "scaled_dot_product_attention_backward": lambda: (
         [f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 6), f32(1, 4, 3, 6)],
         {"scale": 0.5, "is_causal": True}),

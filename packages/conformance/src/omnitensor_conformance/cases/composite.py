@@ -84,6 +84,49 @@ def _rms_norm(dtype: DType) -> Iterator[Sample]:
             yield sample(f"{tag}_{s.name}", s.args, s.build, check=s.check)
 
 
+def _norm_backward(op: str, eps: float, tags: tuple[str, ...]
+                   ) -> Callable[[DType], Iterator[Sample]]:
+    """Samples of a norm's backward composite: (x, grad, *params), as the forward's shapes."""
+
+    def samples(dtype: DType) -> Iterator[Sample]:
+        def args(shape: tuple[int, ...], naxes: int, nparams: int,
+                 fill: str = "normal") -> list[Arg]:
+            row = shape[len(shape) - naxes:]
+            return [Arg(TensorType(shape, dtype), fill), Arg(TensorType(shape, dtype))] + [
+                Arg(TensorType(row, dtype)) for _ in range(nparams)]
+
+        def plain(naxes: int) -> Callable[..., tuple[Value, ...]]:
+            def build(b: Builder, x: Value, g: Value, *params: Value) -> tuple[Value, ...]:
+                rank = len(x.type.shape)
+                return b.emit_multi(op, x, g, *params, axes=tuple(range(rank - naxes, rank)),
+                                    eps=eps)
+
+            return build
+
+        def strided(b: Builder, x: Value, g: Value, *params: Value) -> tuple[Value, ...]:
+            xt = b.emit("transpose", x, perm=(1, 0))  # rows of 11 read with stride 6
+            return b.emit_multi(op, xt, g, *params, axes=(1,), eps=eps)
+
+        for n, tag in enumerate(tags):
+            yield sample(f"{tag}_odd", args((7, 13), 1, n), plain(1))
+            yield sample(f"{tag}_batch", args((4, 9, 32), 1, n), plain(1))
+            yield sample(f"{tag}_long_row", args((3, 4099), 1, n), plain(1), check="nmse")
+            yield sample(f"{tag}_two_axes", args((2, 3, 5), 2, n), plain(2))
+            yield sample(f"{tag}_one_row", args((17,), 1, n), plain(1))
+            yield sample(f"{tag}_edges", args((8, 16), 1, n, "edges"), plain(1))
+            yield sample(f"{tag}_empty", args((0, 8), 1, n), plain(1))
+            yield sample(f"{tag}_strided", [Arg(TensorType((6, 11), dtype)),
+                                            Arg(TensorType((11, 6), dtype))]
+                         + [Arg(TensorType((6,), dtype)) for _ in range(n)], strided)
+
+    return samples
+
+
+cases("layer_norm_backward")(_norm_backward("layer_norm_backward", 1e-5,
+                                            ("plain", "weight", "affine")))
+cases("rms_norm_backward")(_norm_backward("rms_norm_backward", 1e-6, ("plain", "weight")))
+
+
 def _elementwise(op: str, **attrs: object) -> Callable[[DType], Iterator[Sample]]:
     def samples(dtype: DType) -> Iterator[Sample]:
         def apply(b: Builder, x: Value) -> Value:

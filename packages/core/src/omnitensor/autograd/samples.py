@@ -184,6 +184,16 @@ def _composite_samples(add: Callable[[GradSample], None]) -> None:
     add(GradSample("rms_norm", "weight", ((3, 4), (4,)),
                    lambda x, w: _op("rms_norm", x, w, axes=(1,), eps=1e-6)))
     add(GradSample("rms_norm", "plain", ((3, 4),), lambda x: _op("rms_norm", x, axes=(1,))))
+    # (the backward composites' own gradients: a norm's second derivative)
+    add(GradSample("layer_norm_backward", "dx_affine", ((3, 4), (3, 4), (4,), (4,)),
+                   lambda x, g, w, b: _op_multi("layer_norm_backward", x, g, w, b, axes=(1,),
+                                                eps=1e-5)[0]))
+    add(GradSample("layer_norm_backward", "dweight_two_axes", ((2, 3, 4), (2, 3, 4), (3, 4)),
+                   lambda x, g, w: _op_multi("layer_norm_backward", x, g, w, axes=(1, 2),
+                                             eps=1e-5)[1]))
+    add(GradSample("rms_norm_backward", "dx_plus_dweight", ((3, 4), (3, 4), (4,)),
+                   lambda x, g, w: (lambda r: r[0] + r[1])(
+                       _op_multi("rms_norm_backward", x, g, w, axes=(1,), eps=1e-6))))
     for approximate in ("none", "tanh"):
         add(GradSample("gelu", approximate, ((3, 4),),
                        lambda x, a=approximate: _op("gelu", x, approximate=a)))

@@ -1,9 +1,10 @@
 """Gradient rules of the composites: one per composite, under the composite's name.
 
 softmax, log_softmax and cross_entropy have the usual closed-form backward (cheaper than
-differentiating the max-shifted decomposition); the others are differentiated through their
-decomposition, replayed with Tensor ops on fresh leaves so the primitive rules run on it (as for
-`custom_call`).
+differentiating the max-shifted decomposition); attention, layer_norm and rms_norm emit their
+backward composites (one op a backend runs as one kernel); the others are differentiated
+through their decomposition, replayed with Tensor ops on fresh leaves so the primitive rules run
+on it (as for `custom_call`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def through_decomposition(name: str) -> Callable[..., tuple[Tensor | None, ...]]
     return rule
 
 
-_OWN_RULES = ("softmax", "log_softmax", "cross_entropy", "scaled_dot_product_attention")
+_OWN_RULES = ("softmax", "log_softmax", "cross_entropy", "scaled_dot_product_attention",
+              "layer_norm", "rms_norm")
 
 for _name, _opdef in all_ops().items():
     if _opdef.has(Trait.COMPOSITE) and _name not in _OWN_RULES:
@@ -73,6 +75,23 @@ def _attention(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *extras:
     dq, dk, dv = Tensor._apply_multi("scaled_dot_product_attention_backward", q, k, v, g,
                                      *extras, **attrs)
     return (dq, dk, dv) + (None,) * len(extras)
+
+
+def _norm_rule(name: str) -> Callable[..., tuple[Tensor, ...]]:
+    """The rule of norm `name`: its backward composite, dx and every parameter's at once."""
+
+    def rule(g: Tensor, out: Tensor, x: Tensor, *params: Tensor, axes: tuple[int, ...],
+             eps: float) -> tuple[Tensor, ...]:
+        from ...tensor.tensor import Tensor
+
+        return Tensor._apply_multi(f"{name}_backward", x, g, *params, axes=axes, eps=eps)
+
+    rule.__name__ = f"_{name}"
+    return rule
+
+
+vjp("layer_norm")(_norm_rule("layer_norm"))
+vjp("rms_norm")(_norm_rule("rms_norm"))
 
 
 @vjp("cross_entropy")

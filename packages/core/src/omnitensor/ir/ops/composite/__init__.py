@@ -9,3 +9,4 @@ from .attention import *  # noqa: F403
 from .attention_backward import *  # noqa: F403
 from .losses import *  # noqa: F403
 from .norms import *  # noqa: F403
+from .norms_backward import *  # noqa: F403

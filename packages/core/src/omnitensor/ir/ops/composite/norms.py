@@ -19,7 +19,7 @@ from ._emit import binary, keep_reduce, mean_keep, trailing
 __all__ = ["LayerNormView", "LogSoftmaxView", "RmsNormView", "SoftmaxView"]
 
 
-def _check_params(op: str, x: TensorType, params: tuple[TensorType, ...],
+def check_params(op: str, x: TensorType, params: tuple[TensorType, ...],
                   axes: tuple[int, ...], most: int) -> None:
     trailing(op, len(x.shape), axes)
     if len(params) > most:
@@ -102,7 +102,7 @@ class LayerNormView(OpView):
     @staticmethod
     def infer(x: TensorType, params: tuple[TensorType, ...], *, axes: tuple[int, ...],
               eps: float) -> TensorType:
-        _check_params("layer_norm", x, params, axes, 2)
+        check_params("layer_norm", x, params, axes, 2)
         return x
 
     @staticmethod
@@ -129,7 +129,7 @@ class RmsNormView(OpView):
     @staticmethod
     def infer(x: TensorType, params: tuple[TensorType, ...], *, axes: tuple[int, ...],
               eps: float) -> TensorType:
-        _check_params("rms_norm", x, params, axes, 1)
+        check_params("rms_norm", x, params, axes, 1)
         return x
 
     @staticmethod
