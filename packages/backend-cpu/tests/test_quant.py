@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from omnitensor.backend.host_memory import is_aligned
 from omnitensor.dtypes import float32
 from omnitensor.ir import quant_blocks
 from omnitensor.ir.builder import Builder
@@ -30,6 +31,7 @@ def test_repacked_weight_dequantizes_like_the_reference(fmt: str) -> None:
     if packed.offsets is not None:
         values -= np.repeat(packed.offsets, 32, axis=1)
     np.testing.assert_array_equal(values, quant_blocks.dequantize(blocks, fmt))
+    assert is_aligned(quant.packed_for(blocks, fmt, (n, k)).stored)  # whole-line loads
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -110,6 +112,8 @@ def test_products_of_one_activation_run_as_one_over_joined_rows(
     if not joins:
         return
     joined = quant.joined_for(blocks, fmt, [(n, k) for n in rows])
+    scales = joined.d if isinstance(joined.d, tuple) else (joined.d,)
+    assert all(is_aligned(a) for a in (joined.stored, *scales))  # whole-line loads
     for w, n in zip(blocks, rows, strict=True):  # each part's rows: a view of the joined
         assert np.shares_memory(quant.packed_for(w, fmt, (n, k)).stored, joined.stored)
     assert backend.run(exe, xs)[1].tolist() == got[1].tolist()

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from omnitensor.backend.host_memory import release
+from omnitensor.backend.host_memory import aligned, aligned_empty, release
 
 from . import dequant, fewrows, fivebit, gemm, intdot, pool, threads
 from ._compat import HALF_CONVERSION, jit, prange
@@ -305,7 +305,7 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     entry = _CACHE.get(key)
     if entry is not None and entry[0]() is blocks:
         return entry[1]
-    packed = pack(blocks, format, shape)
+    packed = _aligned(pack(blocks, format, shape))
     # NOTE: a weight viewed in its mapped file is now held twice (the file's pages and the
     # repacked form); the pages are dropped (read again only by host lookups of a few rows).
     release(blocks)
@@ -315,10 +315,35 @@ def packed_for(blocks: Array, format: str, shape: tuple[int, ...]) -> Packed:
     return packed
 
 
+def _join(arrays: Any) -> Array:
+    """The arrays concatenated along their first axis into cache-line-aligned memory."""
+    first = arrays[0]
+    out = aligned_empty((sum(a.shape[0] for a in arrays), *first.shape[1:]), first.dtype)
+    return np.concatenate(arrays, out=out)
+
+
+def _aligned(packed: Packed) -> Packed:
+    """`packed` with every array on a cache line, copied only where it is not.
+
+    The kernels' whole-line loads of a misaligned row split over two lines
+    (`host_memory.ALIGNMENT`).
+    """
+
+    def one(array: Array | None) -> Array | None:
+        return None if array is None else aligned(array)
+
+    def form(value: Scales | None) -> Scales | None:
+        return None if value is None else _each(value, aligned)
+
+    return Packed(one(packed._qs), _each(packed.d, aligned), format=packed.format,
+                  shift=packed.shift, mins=form(packed.mins), nibbles=one(packed.nibbles),
+                  highs=one(packed.highs))
+
+
 def _stack(parts: list[Packed]) -> Packed:
     """The parts' rows one after another (one format, one layout)."""
     def rows(arrays: list[Array | None]) -> Array | None:
-        return None if arrays[0] is None else np.concatenate(arrays)  # type: ignore[arg-type]
+        return None if arrays[0] is None else _join(arrays)
 
     first = parts[0]
 
@@ -329,7 +354,7 @@ def _stack(parts: list[Packed]) -> Packed:
         if len(kinds) > 1:  # half bits, factored or float32 values mixed: float32 for all
             values = [_values(v) for v in values]  # type: ignore[arg-type]
         if isinstance(values[0], tuple):
-            return tuple(np.concatenate(c) for c in zip(*values, strict=True))  # type: ignore[return-value]
+            return tuple(_join(c) for c in zip(*values, strict=True))  # type: ignore[return-value]
         return rows(values)  # type: ignore[arg-type]
 
     return Packed(rows([p._qs for p in parts]), forms([p.d for p in parts]),  # type: ignore[arg-type]

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from omnitensor.backend.host import HostArrayBackend
-from omnitensor.backend.host_memory import immutable, prefetch, release, seal
+from omnitensor.backend.host_memory import (
+    ALIGNMENT,
+    aligned_empty,
+    immutable,
+    is_aligned,
+    prefetch,
+    release,
+    seal,
+)
 from omnitensor.errors import FormatError
 from omnitensor.io.mapped import map_file
 
@@ -52,6 +60,35 @@ def test_host_upload_keeps_immutable_arrays_and_copies_the_rest(tmp_path: Path) 
     copied = upload(None, own)  # type: ignore[arg-type]
     assert copied is not own and not np.shares_memory(copied, own)
     assert not copied.flags.writeable
+
+
+def test_kept_arrays_start_on_a_cache_line(tmp_path: Path) -> None:
+    """Sealed arrays and uploaded floats are `ALIGNMENT`-aligned; an aligned mapped float
+    weight and mapped bytes (quantized blocks, repacked by the backend) are kept as they are."""
+    for shape, dtype in (((3, 5), np.float32), ((0,), np.float64), ((), np.int8),
+                         ((7,), ml_dtypes.bfloat16)):
+        fresh = aligned_empty(shape, dtype)
+        assert is_aligned(fresh) and fresh.shape == shape and fresh.dtype == dtype
+    misplaced = np.arange(40, dtype=np.float32)[4:36]  # 16 bytes past wherever numpy put it
+    if is_aligned(misplaced):
+        misplaced = np.arange(40, dtype=np.float32)[1:33]
+    sealed = seal(misplaced)
+    assert is_aligned(sealed) and immutable(sealed)
+    np.testing.assert_array_equal(sealed, misplaced)
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    mapped = np.asarray(map_file(path))
+    upload = HostArrayBackend.upload
+    on_line = mapped[ALIGNMENT:3 * ALIGNMENT].view(np.float32)
+    assert upload(None, on_line) is on_line  # type: ignore[arg-type]
+    off_line = mapped[32:160].view(np.float32)  # as a GGUF tensor 32 bytes past a line
+    kept = upload(None, off_line)  # type: ignore[arg-type]
+    assert kept is not off_line and is_aligned(kept) and immutable(kept)
+    np.testing.assert_array_equal(kept, np.arange(8, 40, dtype=np.float32))
+    blocks = mapped[32:160]
+    assert upload(None, blocks) is blocks  # type: ignore[arg-type]
+    assert is_aligned(upload(None, misplaced))  # type: ignore[arg-type]
 
 
 def test_release_drops_resident_pages_of_a_mapped_array(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from ..dtypes import DType
 from ..ir.opdef import OpDef, OpView, Trait, all_ops
 from ..ir.program import Instruction
 from .contract import Backend
-from .host_memory import immutable
+from .host_memory import aligned_empty, immutable, is_aligned, release, seal
 from .lowering import LoweringTable
 
 __all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_lowerings",
@@ -114,11 +114,21 @@ class HostArrayBackend(Backend):
         """A read-only copy of `array` (the caller may keep writing its own).
 
         An array nobody can write (`host_memory.immutable`: a weight viewed in its mapped file,
-        or one `host_memory.seal` made) is kept as it is: a model's weights are not copied.
+        or one `host_memory.seal` made) is kept as it is: a model's weights are not copied,
+        unless a floating-point one does not start on a cache line (`host_memory.ALIGNMENT`;
+        a GGUF tensor may start 32 bytes past one): the kernels stream those with whole-line
+        loads, so such a weight is copied once, aligned, and its file pages dropped. Copies
+        are aligned too.
         """
         if immutable(array):
-            return array
-        return read_only(np.array(array, copy=True))
+            if array.dtype.kind != "f" or is_aligned(array):
+                return array
+            copy = seal(array)
+            release(array)
+            return copy
+        copy = aligned_empty(array.shape, array.dtype)
+        np.copyto(copy, array)
+        return read_only(copy)
 
     def download(self, buffer: Any) -> Array:
         """A writable copy of `buffer` that the caller owns."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.host_memory import release, seal
+from ..backend.host_memory import aligned_empty, release, seal
 from ..io.weights import QuantizedArray
 from .spec import ModelSpec, repeat_count
 
@@ -110,7 +110,9 @@ def _stack(values: list[Any]) -> Any | None:
             a.dtype != first.dtype or a.ndim != first.ndim or a.ndim not in (1, 2)
             or a.shape[1:] != first.shape[1:] for a in arrays):
         return None
-    return seal(np.concatenate(arrays))
+    # (written straight into aligned memory: `seal` then keeps it without a copy)
+    out = aligned_empty((sum(a.shape[0] for a in arrays), *first.shape[1:]), first.dtype)
+    return seal(np.concatenate(arrays, out=out))
 
 
 def _release(value: Any) -> None:
