@@ -16,7 +16,7 @@ from ..dtypes import DType
 from ..ir.opdef import OpDef, OpView, Trait, all_ops
 from ..ir.program import Instruction
 from .contract import Backend
-from .host_memory import aligned_empty, immutable, is_aligned, release, seal
+from .host_memory import SMALL_BYTES, aligned_empty, immutable, is_aligned, release, seal
 from .lowering import LoweringTable
 
 __all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_lowerings",
@@ -126,6 +126,8 @@ class HostArrayBackend(Backend):
             copy = seal(array)
             release(array)
             return copy
+        if array.nbytes < SMALL_BYTES:  # (a step's token ids: alignment buys nothing there)
+            return read_only(np.array(array, copy=True))
         copy = aligned_empty(array.shape, array.dtype)
         np.copyto(copy, array)
         return read_only(copy)
