@@ -60,6 +60,29 @@ def test_backward_against_the_closed_form(centre: bool, split: bool,
         assert (db == 7.0).all()  # RMS norm has no bias: left alone
 
 
+def _loss64(x: Array, w: Array, b: Array) -> float:
+    """`test_a_compiled_training_step_runs_the_fused_backward`'s loss in float64 numpy."""
+    c = x - x.mean(-1, keepdims=True)
+    y = c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * w + b
+    z = y * y
+    return float((z / np.sqrt((z * z).mean(-1, keepdims=True) + 1e-6) * w * x).sum())
+
+
+def _differences(arrays: list[Array], h: float = 1e-6) -> list[Array]:
+    """The loss's gradients by central differences in float64."""
+    at = [np.asarray(a, np.float64) for a in arrays]
+    grads = []
+    for i, a in enumerate(at):
+        grad = np.empty_like(a)
+        for j in np.ndindex(a.shape):
+            up, down = [v.copy() for v in at], [v.copy() for v in at]
+            up[i][j] += h
+            down[i][j] -= h
+            grad[j] = (_loss64(*up) - _loss64(*down)) / (2 * h)
+        grads.append(grad)
+    return grads
+
+
 def test_a_compiled_training_step_runs_the_fused_backward(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """Autograd records the norms' gradients as the composites, and the plan runs the kernel."""
@@ -85,10 +108,8 @@ def test_a_compiled_training_step_runs_the_fused_backward(monkeypatch: pytest.Mo
     with ot.use_backend("cpu"):
         got = ot.compile(ot.grad(loss, argnums=(0, 1, 2)))(*map(ot.tensor, arrays))
         got = [np.asarray(t.numpy()) for t in got]
-    with ot.use_backend("ref"):
-        want = ot.grad(loss, argnums=(0, 1, 2))(*map(ot.tensor, arrays))
-        want = [np.asarray(t.numpy()) for t in want]
+    want = _differences(arrays)
     assert any(label.startswith("rows:layer_norm_backward") for label in labels), labels
     assert any(label.startswith("rows:rms_norm_backward") for label in labels), labels
     for a, b in zip(got, want, strict=True):
-        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
