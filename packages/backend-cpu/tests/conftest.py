@@ -53,3 +53,21 @@ def _assert_qmatmul_close(got: np.ndarray, want: np.ndarray) -> None:
 def assert_qmatmul_close() -> Callable[[np.ndarray, np.ndarray], None]:
     """``assert_qmatmul_close(got, want)``: within qmatmul's declared precision."""
     return _assert_qmatmul_close
+
+
+@pytest.fixture
+def plan_labels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The step labels of every plan the test runs (`Plan.labels`, in run order)."""
+    from typing import Any
+
+    from omnitensor_backend_cpu import plan as cpu_plan
+
+    labels: list[str] = []
+    original = cpu_plan.Plan.run
+
+    def run(plan: Any, *args: Any, **kwargs: Any) -> Any:
+        labels.extend(plan.labels)
+        return original(plan, *args, **kwargs)
+
+    monkeypatch.setattr(cpu_plan.Plan, "run", run)
+    return labels

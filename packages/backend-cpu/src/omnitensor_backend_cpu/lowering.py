@@ -246,9 +246,10 @@ def _norm_backward_lowering(kind: str) -> Callable[[Lower, OpView], Draft | None
                 a, b, w = args
                 assert a is not None and b is not None
                 reusable = all(v is None or v.flags.c_contiguous for v in args)
+                dweight, dbias = (*dparams, None, None)[:2]
                 return norm_backward.prepare_norm_backward(
-                    a, b, w, dx, *(list(dparams) + [None, None])[:2], eps=eps,
-                    centre=kind == "layer_norm", axes=axes), reusable
+                    a, b, w, dx, dweight, dbias, eps=eps, centre=kind == "layer_norm",
+                    axes=axes), reusable
 
             return prepare
 

@@ -106,13 +106,13 @@ def prepare_norm_backward(x: Array, g: Array, weight: Array | None, dx: Array,
     step = -(-rows // parts)
     sums = np.zeros((parts, 2, cols), np.float64)
     scalar = x.dtype.type
-    count = scalar(cols)
+    count, epsilon = scalar(cols), scalar(eps)
     wanted = [(out.reshape(cols), i) for i, out in enumerate((dweight, dbias)) if out is not None]
 
     def part(p: int) -> None:
         lo, hi = p * step, min(rows, p * step + step)
         _norm_backward(xs[lo:hi], gs[lo:hi], w, dst[lo:hi], sums[p], centre, weighted,
-                       count, scalar(eps))
+                       count, epsilon)
 
     def each(lo: int, hi: int) -> None:
         for p in range(lo, hi):

@@ -43,6 +43,28 @@ def test_normalized_axes_must_be_trailing() -> None:
         b.emit("softmax", x, axes=(0,))
 
 
+def test_norm_backward_composites_name_what_is_wrong() -> None:
+    """A cotangent of another type, a parameter of the wrong shape or dtype, or one too many."""
+    from omnitensor.dtypes import float64
+    from omnitensor.errors import DTypeError
+
+    b = Builder()
+    x = b.input(TensorType((2, 3), float32))
+    w = b.input(TensorType((3,), float32))
+    with pytest.raises(ShapeError, match="grad is .*expected x's type"):
+        b.emit_multi("layer_norm_backward", x, b.input(TensorType((2, 4), float32)), w,
+                     axes=(1,))
+    with pytest.raises(ShapeError, match="weight has shape"):
+        b.emit_multi("rms_norm_backward", x, x, b.input(TensorType((2,), float32)), axes=(1,))
+    with pytest.raises(DTypeError, match="weight has dtype"):
+        b.emit_multi("layer_norm_backward", x, x, b.input(TensorType((3,), float64)),
+                     axes=(1,))
+    with pytest.raises(ShapeError, match="at most 1 parameter"):
+        b.emit_multi("rms_norm_backward", x, x, w, w, axes=(1,))
+    dx, dw, db = b.emit_multi("layer_norm_backward", x, x, w, w, axes=(1,))
+    assert (dx.type, dw.type, db.type) == (x.type, w.type, w.type)
+
+
 def test_decomposition_is_a_function_of_primitives() -> None:
     fn = decomposition(get_op("rms_norm"), [TensorType((2, 3), float32)],
                        {"axes": (1,), "eps": 1e-6})
