@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,16 @@ def table(f: Figures, small: dict[str, float]) -> list[Row]:
     return rows
 
 
+def _exit_reason(code: int) -> str:
+    """A subprocess exit status in words (a negative one is the signal that ended it)."""
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"status {code}"
+
+
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
@@ -205,7 +216,13 @@ def main() -> int:
                            "omni-q8_0,llama.cpp-q8_0", *small_flag], "ctx2048"))
         status = 0
         for command, tag in steps:
-            status = status or _run(command, env, tag)
+            # every step runs even after one failed (a competitor that crashes its process
+            # takes only that step's rows with it), and the first failure is the exit code
+            code = _run(command, env, tag)
+            if code:
+                print(f"run.py: step {tag!r} exited with {_exit_reason(code)}; its rows are "
+                      "'not measured'", flush=True)
+            status = status or code
         print("\n$ small workloads (whole processes, ref and cpu alternating)", flush=True)
         small = small_workloads(env, 1 if args.small else 5)
         for key, seconds in small.items():
