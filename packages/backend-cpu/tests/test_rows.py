@@ -137,3 +137,20 @@ def test_softmax_rows_match_the_reference_with_nan_and_inf(backend: CpuBackend,
         (want,) = evaluate(fn, [x])
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == float32 else 1e-13, atol=1e-30)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 31, 40])
+def test_row_max_over_eight_running_maxima_sees_every_element(n: int) -> None:
+    from omnitensor_backend_cpu._compat import jit
+    from omnitensor_backend_cpu.rowops import _row_max32
+
+    row_max = jit()(lambda x: _row_max32(x))
+    rng = np.random.default_rng(n)
+    for at in range(n):  # the largest value at every position, the tail's included
+        x = rng.standard_normal(n).astype(np.float32)
+        x[at] = np.float32(50.0)
+        assert row_max(x) == np.float32(50.0)
+        if n > 1:  # a NaN is skipped, as by the one running maximum it replaces
+            x[at] = np.nan
+            assert row_max(x) == np.nanmax(x)
+    assert row_max(np.full(n, -np.inf, np.float32)) == -np.inf

@@ -36,6 +36,31 @@ __all__ = [
 _event: Any = _numba_event
 
 
+def _wide_vectors() -> None:
+    """Let LLVM vectorize numba's loops 512 bits wide on x86 CPUs with AVX-512.
+
+    LLVM's tuning for Intel's AVX-512 cores prefers 256-bit vectors in loops it vectorizes
+    (``prefer-256-bit``: wide instructions once lowered the clock), so the fused elementwise
+    and row kernels ran 8 floats a vector where 16 fit: F.gelu(tanh) of 16M floats took 11.5
+    ms on a 2-core Xeon (AVX-512), 8.1 ms without the preference. The kernels written in LLVM
+    IR (`gemm`, `intdot`) name their vector widths and are unaffected. Only the feature string
+    of numba's code generator changes, before it exists (it is made for the first compiled
+    function); a user's ``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES`` is left alone, and
+    numba's on-disk cache keys on the features, so kernels cached before are compiled again.
+    """
+    config: Any = numba.config
+    if config.CPU_NAME is not None or config.CPU_FEATURES is not None:
+        return
+    from llvmlite import binding
+
+    features: Any = binding.get_host_cpu_features()
+    if features.get("avx512f", False):
+        config.CPU_FEATURES = f"{features.flatten()},-prefer-256-bit"
+
+
+_wide_vectors()
+
+
 class _CompileClock(_event.Listener):  # type: ignore[misc]
     """Seconds numba held (or waited for) its global compiler lock: compiles and cache loads.
 

@@ -28,7 +28,7 @@ from ._compat import jit, prange
 from .irblocks import LANES
 from .mathlib import softmax_weight32f, tanh32f
 from .prepared import nothing
-from .rowops import _softmax_row32
+from .rowops import _row_max32, _softmax_row32
 
 __all__ = ["prepare_rotary", "prepare_sdpa", "rotary", "sdpa"]
 
@@ -182,7 +182,6 @@ def _weights(row: Any, n: int, add_row: Any, keep_row: Any, scale: float, softca
     sc = np.float32(scale)
     cap = np.float32(softcap)
     inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
-    m = np.float32(-np.inf)
     for s in range(n):
         value = row[s] * sc
         if softcap > 0:
@@ -192,7 +191,7 @@ def _weights(row: Any, n: int, add_row: Any, keep_row: Any, scale: float, softca
         if has_keep and not keep_row[s]:
             value = lowest
         row[s] = value
-        m = value if value > m else m
+    m = _row_max32(row[:n])  # (apart: a running max in the loop above kept it scalar)
     end = n
     if not m > lowest:
         m, end = lowest, row.shape[0]

@@ -30,12 +30,43 @@ Array = np.ndarray[Any, Any]
 
 @jit(inline=True)
 def _row_max32(x: Any) -> Any:
-    # NOTE: `v if v > m else m` is a vmaxps reduction (reassociated), which skips a NaN; the
-    # NaN still reaches the sum through exp, so the row becomes NaN as in the reference.
-    m = np.float32(-np.inf)
-    for j in range(x.shape[0]):
+    # NOTE: eight running maxima, each `v if v > m else m` (a NaN is skipped; it still reaches
+    # the sum through exp, so the row becomes NaN as in the reference). One running maximum is
+    # a chain of dependent scalar maxss: LLVM vectorizes a max reduction only when told there
+    # are no NaNs (never here), and 4096 x 4096 took 18.2 ms on one core, the bulk of a
+    # softmax; eight independent ones, 3.9 ms (the order of a max does not change it).
+    n = x.shape[0]
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = np.float32(-np.inf)
+    j = 0
+    while j + 8 <= n:
+        v = x[j]
+        m0 = v if v > m0 else m0
+        v = x[j + 1]
+        m1 = v if v > m1 else m1
+        v = x[j + 2]
+        m2 = v if v > m2 else m2
+        v = x[j + 3]
+        m3 = v if v > m3 else m3
+        v = x[j + 4]
+        m4 = v if v > m4 else m4
+        v = x[j + 5]
+        m5 = v if v > m5 else m5
+        v = x[j + 6]
+        m6 = v if v > m6 else m6
+        v = x[j + 7]
+        m7 = v if v > m7 else m7
+        j += 8
+    m0 = m1 if m1 > m0 else m0
+    m2 = m3 if m3 > m2 else m2
+    m4 = m5 if m5 > m4 else m4
+    m6 = m7 if m7 > m6 else m6
+    m0 = m2 if m2 > m0 else m0
+    m4 = m6 if m6 > m4 else m4
+    m = m4 if m4 > m0 else m0
+    while j < n:
         v = x[j]
         m = v if v > m else m
+        j += 1
     return m
 
 
