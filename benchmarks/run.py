@@ -13,7 +13,16 @@ next), with its competitors timed interleaved in that process; the figures come 
 - small workloads: ``omnitensor generate char-gpt "12+34="`` and `examples/train_mlp.py`, whole
   processes, cpu against ref, alternating.
 
-Every system gets the same thread count (``--threads``, default all cores).
+Every system gets the same thread count (``--threads``, default all cores). A step whose process
+fails (a competitor that crashes it) is reported with its exit status and its rows read "not
+measured"; the other steps still run.
+
+llama.cpp is `llama-cpp-python`, built from source (``pip install llama-cpp-python``). On a
+CPU with AMX (Intel's matrix tiles), a build for the host's features (its default) faulted in
+ggml's AMX kernels on a virtual machine that does not grant the tiles (``ldtilecfg``: a general
+protection fault at the first Q8_0 prompt); build it without them there:
+``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON
+-DGGML_AVX512_BF16=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"``.
 
     python benchmarks/run.py --backend cpu [--threads N] [--small] [--quick]
 """
