@@ -258,3 +258,20 @@ def test_long_rows_by_weight_row_pairs_match_the_reference(fmt: str, m: int, n: 
     assert (getattr(call, "func", None) is intdot._paired_split) == paired
     assert call()
     assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)
+
+
+@pytest.mark.parametrize("k", [1, 7, 31, 32, 33, 64, 901])
+def test_row_dot_sums_every_term_of_the_row(k: int) -> None:
+    from omnitensor_backend_cpu import fewrows
+    from omnitensor_backend_cpu._compat import jit
+
+    dot = jit()(lambda x, w, m, n: fewrows.row_dot(x, w, m, n))
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    w = rng.standard_normal((5, k + 3)).astype(np.float32)[:, :k]  # rows longer than K
+    for m, n in ((0, 0), (2, 4), (1, 3)):
+        want = float(np.dot(x[m].astype(np.float64), w[n].astype(np.float64)))
+        assert abs(dot(x, w, m, n) - want) <= 1e-5 * (1 + np.abs(x[m]) @ np.abs(w[n]))
+    x[1, k - 1] = np.float32(1e6)  # the last term (a pass's or the tail's) is counted
+    w[3, k - 1] = np.float32(1.0)
+    assert dot(x, w, 1, 3) > 5e5

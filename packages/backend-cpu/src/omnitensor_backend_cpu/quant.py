@@ -554,13 +554,9 @@ def prepare_qmatmul(x: Array, packed: Packed, out: Array) -> Callable[[], None]:
 @jit(inline=True)
 def _f32_dots(x: Any, w: Any, out: Any, m: int, lo: int, hi: int) -> None:
     # rows m.. of x against weight rows [lo, hi), one output at a time
-    m_rows, k = x.shape
     for n in range(lo, hi):
-        for r in range(m, m_rows):
-            acc = np.float32(0.0)
-            for j in range(k):
-                acc += x[r, j] * w[n, j]
-            out[r, n] = acc
+        for r in range(m, x.shape[0]):
+            out[r, n] = fewrows.row_dot(x, w, r, n)
 
 
 @jit()
