@@ -25,7 +25,16 @@ from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
 from ._compat import jit
-from .irblocks import LANES, VF, fmuladd, intrinsic_args, load_vector, row_pointer, splat
+from .irblocks import (
+    LANES,
+    VF,
+    fmuladd,
+    intrinsic_args,
+    lane_totals,
+    load_vector,
+    row_pointer,
+    splat,
+)
 
 __all__ = ["MIN_ROWS", "WEIGHTS", "row_dot", "tiles", "transposed"]
 
@@ -130,11 +139,7 @@ def row_dot(typingctx: Any, x: Any, w: Any, m: Any, n: Any) -> Any:
         vec = builder.load(accs[0])
         for acc in accs[1:]:
             vec = builder.fadd(vec, builder.load(acc))
-        total = cgutils.alloca_once_value(builder, builder.extract_element(
-            vec, ir.Constant(_I32, 0)))
-        for lane in range(1, LANES):
-            builder.store(builder.fadd(builder.load(total), builder.extract_element(
-                vec, ir.Constant(_I32, lane))), total)
+        total = cgutils.alloca_once_value(builder, lane_totals(builder, [vec])[0])
         done = builder.mul(passes, ir.Constant(_I64, step))
         with cgutils.for_range_slice(builder, done, k_count, ir.Constant(_I64, 1)) as (k, _):
             product = builder.fmul(builder.load(builder.gep(xrow, [k])),

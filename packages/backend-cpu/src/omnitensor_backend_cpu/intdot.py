@@ -10,6 +10,9 @@ result stays within float32 rounding of the dequantize-then-multiply reference i
 ggml's ~1e-2 relative error. Bounds: |q| <= 128 and |x| <= 32767, so a 32-element block sums
 to at most 32 * 128 * 32767 < 2**31.
 
+From four activation rows, one-byte weights in blocks of 32 go two blocks a vector
+(`interleave_halves`); a row's sums are added up together with the other rows' (`lane_totals`).
+
 The block loop is written in LLVM IR (`_dot_kernel`) because numba types a product of two
 int32 scalars as int64, and 64-bit lanes never become ``vpmaddwd``; the IR is target-neutral
 (sign-extend, multiply, add even and odd lanes), and LLVM picks the instruction.
@@ -30,11 +33,12 @@ from numba.extending import overload as _overload
 
 from . import pool
 from ._compat import jit, prange
-from .intpairs import PREFETCH_BYTES, pair16x8, pair32x8
+from .intpairs import PREFETCH_BYTES, pair16x8
 from .irblocks import (
     every_other,
     halves_added,
     host_lanes,
+    lane_totals,
     load_quants,
     prefetch,
     splat,
@@ -81,7 +85,7 @@ def _byte(builder: Any, column: Any, nibbles: bool) -> Any:
     return builder.ashr(column, ir.Constant(column.type, 1)) if nibbles else column
 
 
-def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
+def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> Any:
     """An intrinsic ``dot(qs, n, xq, m, d, xd, highs)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
@@ -96,6 +100,9 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
     ``nibble - 16 * bit``, in -16..15. Else `highs` is None.
 
     `ways`: float sums per row over int8 weights, taking the blocks of a line in turn.
+
+    `halves` (int8 weights, blocks of 32, several rows): x in `interleave_halves`' layout, and
+    each pair of blocks multiplied as one (see `interleave_halves`).
     """
     size = 1 << shift
 
@@ -175,6 +182,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
             # come from L2 either way). One row kept 8 (0.15-0.17 against 0.13-0.16 ms for
             # 9728 x 896); nibbles and 16-weight blocks give 8 lanes anyway.
             lanes = host_lanes() if size == 32 and not nibbles and rows > 1 else _LANES
+            if halves and (nibbles or size != 32 or rows == 1):
+                raise TypeError("intdot: halves take int8 blocks of 32 and several rows")
             vf = ir.VectorType(_F32, lanes)
             wide = ir.VectorType(_I32, size)
             # NOTE: an int8 row's blocks add into `ways` sums in turn (by their place in the
@@ -257,6 +266,31 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
+            def block_pair(first: Any, products: list[Any]) -> None:
+                # int8 blocks `first` and `first + 1` (one 64-byte load) against x in
+                # `interleave_halves`' layout: each chunk pairs lanes / 2 pair sums of one
+                # block with as many of the next, so a pair of blocks takes one conversion and
+                # one scaling a row, not two
+                at = builder.shl(first, ir.Constant(first.type, shift))
+                raw = builder.load(builder.bitcast(builder.gep(q_row, [at]), ir.VectorType(
+                    _I8, 2 * size).as_pointer()), align=1)
+                chunk = ir.VectorType(_I32, 2 * lanes)
+                weights = [builder.sext(builder.shuffle_vector(raw, raw, ir.Constant(
+                    chunk, [*range(c, c + lanes), *range(size + c, size + c + lanes)])), chunk)
+                    for c in range(0, size, lanes)]
+                i16s = ir.VectorType(_I16, 2 * lanes).as_pointer()
+                for x_row, acc, scale in zip(x_rows, accs(0), products, strict=True):
+                    s = None
+                    for c, w in enumerate(weights):
+                        x = builder.load(builder.bitcast(builder.gep(x_row, [builder.add(
+                            at, ir.Constant(at.type, 2 * lanes * c))]), i16s), align=2)
+                        p = builder.mul(w, builder.sext(x, chunk))
+                        t = builder.add(every_other(builder, p, 0), every_other(builder, p, 1))
+                        s = t if s is None else builder.add(s, t)
+                    spread_scale = spread(scale, [0] * (lanes // 2) + [1] * (lanes // 2))
+                    term = builder.fmul(builder.sitofp(s, vf), spread_scale, flags=["contract"])
+                    builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
+
             def scale_products(first: Any, count: int) -> list[Any]:
                 # the weight scales of `count` blocks times each row's, one vector multiply a row
                 line = ir.VectorType(_F32, count)
@@ -294,6 +328,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
                         pair(builder.add(first, ir.Constant(first.type, u)),
                              [spread(p, [u] * 4 + [u + 1] * 4) for p in products], plane,
                              2 * u)
+                elif halves:
+                    block_pair(first, products)
                 else:
                     for u in range(per_line):
                         block(builder.add(first, ir.Constant(first.type, u)), False,
@@ -308,16 +344,13 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1) -> Any:
             with cgutils.for_range_slice(builder, done, blocks,
                                          ir.Constant(blocks.type, 1)) as (b, _):
                 block(b, True)
-            values = []
+            totals = []
             for row_sums in sums:
                 total = builder.load(row_sums[0])
                 for other in row_sums[1:]:
                     total = builder.fadd(total, builder.load(other))
-                value = builder.extract_element(total, ir.Constant(_I32, 0))
-                for lane in range(1, lanes):
-                    value = builder.fadd(value,
-                                         builder.extract_element(total, ir.Constant(_I32, lane)))
-                values.append(value)
+                totals.append(total)
+            values = lane_totals(builder, totals)
             if rows == 1:
                 return values[0]
             return context.make_tuple(builder, signature.return_type, values)
@@ -333,6 +366,8 @@ _dot16x4 = _dot_kernel(4, 4)
 _dot32x4 = _dot_kernel(5, 4)
 _dot16x8 = _dot_kernel(4, 8)
 _dot32x8 = _dot_kernel(5, 8)
+_halves32x4 = _dot_kernel(5, 4, halves=True)
+_halves32x8 = _dot_kernel(5, 8, halves=True)
 
 
 
@@ -505,38 +540,25 @@ def _row_scales_impl(d: Any, n: Any, buf: Any) -> Any:
     return view
 
 
+@jit(inline=True)
 def _pair_span(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
-               hi: int, pairing: Any) -> None:
+               hi: int) -> None:
     """Out[:, lo:hi] two weight rows and eight activation rows a pass (`intpairs`).
 
-    For one-byte weights with plain scales; ``hi - lo`` even and the activation rows a
-    multiple of 8. `pairing`'s dtype picks the block size (see `_PAIRINGS`; compiled code
-    only: see its overload).
+    For one-byte weights with plain scales in blocks of 16; ``hi - lo`` even and the
+    activation rows a multiple of 8.
     """
-    raise NotImplementedError
-
-
-@overload(_pair_span)  # type: ignore[untyped-decorator]
-def _pair_span_impl(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any,
-                    lo: Any, hi: Any, pairing: Any) -> Any:
-    # the block size by the type of `pairing`, so that one kernel compiles, not both
-    pair = pair32x8 if pairing.dtype == types.int8 else pair16x8
-
-    def span(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: Any,
-             hi: Any, pairing: Any) -> None:
-        bufs = np.empty((2, xd.shape[1]), np.float32)
-        mbufs = np.empty((2, xsum.shape[1]), np.float32)
-        for n in range(lo, hi - 1, 2):
-            s0, s1 = row_scales(d, n, bufs[0]), row_scales(d, n + 1, bufs[1])
-            o0, o1 = row_scales(mins, n, mbufs[0]), row_scales(mins, n + 1, mbufs[1])
-            for m in range(0, xq.shape[0] - 7, 8):
-                r = pair(qs, n, xq, m, s0, s1, xd)
-                store4(out, o0, xsum, m, n, r[0], r[1], r[2], r[3])
-                store4(out, o0, xsum, m + 4, n, r[4], r[5], r[6], r[7])
-                store4(out, o1, xsum, m, n + 1, r[8], r[9], r[10], r[11])
-                store4(out, o1, xsum, m + 4, n + 1, r[12], r[13], r[14], r[15])
-
-    return span
+    bufs = np.empty((2, xd.shape[1]), np.float32)
+    mbufs = np.empty((2, xsum.shape[1]), np.float32)
+    for n in range(lo, hi - 1, 2):
+        s0, s1 = row_scales(d, n, bufs[0]), row_scales(d, n + 1, bufs[1])
+        o0, o1 = row_scales(mins, n, mbufs[0]), row_scales(mins, n + 1, mbufs[1])
+        for m in range(0, xq.shape[0] - 7, 8):
+            r = pair16x8(qs, n, xq, m, s0, s1, xd)
+            store4(out, o0, xsum, m, n, r[0], r[1], r[2], r[3])
+            store4(out, o0, xsum, m + 4, n, r[4], r[5], r[6], r[7])
+            store4(out, o1, xsum, m, n + 1, r[8], r[9], r[10], r[11])
+            store4(out, o1, xsum, m + 4, n + 1, r[12], r[13], r[14], r[15])
 
 
 @jit(inline=True)
@@ -602,6 +624,26 @@ def interleave_pairs(xq: Any) -> None:
                     xq[m, at + 16] = group[h * 32 + 2 * j + 1]
                     xq[m, at + 32] = group[h * 32 + 16 + 2 * j]
                     xq[m, at + 48] = group[h * 32 + 17 + 2 * j]
+
+
+@jit()
+def interleave_halves(xq: Any, lanes: int) -> None:
+    """Reorder each row's whole groups of 64 (blocks of 32 b, b + 1) for `_dot_kernel`'s halves.
+
+    Chunk c of a group holds x[c L .. c L + L - 1] of block b then the same of block b + 1
+    (L = `lanes`, the CPU's float32 lanes): against the weights' bytes in that order, a 16-bit
+    pair multiply-add gives L / 2 lanes of each block, and the chunks add up lane by lane
+    into one vector of both blocks' sums. A last odd block stays as it is.
+    """
+    group = np.empty(64, np.int16)
+    for m in range(xq.shape[0]):
+        for base in range(0, xq.shape[1] - 63, 64):
+            for j in range(64):
+                group[j] = xq[m, base + j]
+            for c in range(0, 32, lanes):
+                for i in range(lanes):
+                    xq[m, base + 2 * c + i] = group[c + i]
+                    xq[m, base + 2 * c + lanes + i] = group[32 + c + i]
 
 
 @jit(inline=True)
@@ -671,28 +713,77 @@ def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
     return bool(finite)
 
 
+@jit(inline=True)
+def _halves_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+                 hi: int) -> None:
+    # at least four activation rows; a last 1-3 are done again with the rows before them
+    m_rows = xq.shape[0]
+    buf = np.empty(xd.shape[1], np.float32)
+    mbuf = np.empty(xsum.shape[1], np.float32)
+    for n in range(lo, hi):
+        scales = row_scales(d, n, buf)
+        offsets = row_scales(mins, n, mbuf)
+        m = 0
+        while m + 8 <= m_rows:
+            a0, a1, a2, a3, a4, a5, a6, a7 = _halves32x8(qs, n, xq, m, scales, xd, None)
+            store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+            store4(out, offsets, xsum, m + 4, n, a4, a5, a6, a7)
+            m += 8
+        if m < m_rows:
+            m = min(m, m_rows - 4)
+            while m + 4 <= m_rows:
+                a0, a1, a2, a3 = _halves32x4(qs, n, xq, m, scales, xd, None)
+                store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+                m += 4
+            if m < m_rows:
+                m = m_rows - 4
+                a0, a1, a2, a3 = _halves32x4(qs, n, xq, m, scales, xd, None)
+                store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+
+
+# NOTE: two blocks a vector for four or more rows: per row and pair of blocks two 16-bit
+# multiply-adds, one integer add, one conversion and one scaling, where a block at a time took
+# two of each but the add (the conversions and scalings on the one 512-bit port that also
+# multiplies). Q8_0 by 16 rows, 2 threads, one process each, interleaved: 9728 x 896 1.30-1.33
+# against 1.54-1.83 ms, 896 x 4864 0.85-1.06 against 1.01-1.03 for two weight rows a pass; a
+# 16-token prefill of the 0.5B model 84-87 against 100 ms. An entry of its own (as
+# `_paired_split`), so that a decode step's one-row products never pay for its compilation.
+@jit(parallel=True)
+def _halves_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int, offsets: int,
+                  lanes: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 5, offsets)
+    if finite:
+        interleave_halves(xq, lanes)
+        n = qs.shape[0]
+        step = -(-n // parts)
+        for t in prange(parts):
+            _halves_rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step))
+    return bool(finite)
+
+
 # NOTE: an entry of its own, compiled only for products that take the pairs: inside the
 # products above (a second specialization of them), a first 16-token Q8_0 prompt on a 0.5B
 # model compiled 5-7 s longer (8.5-10.8 against 3.4 s), and a SmolLM2 chat prompt, whose rows
 # are too short for pairs, 4.6 s longer
 @jit(parallel=True)
-def _paired_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int, offsets: int,
-                  shift: int, pairing: Any) -> bool:
-    xq, xd, xsum, finite = _quantize(x, shift, offsets)
+def _paired_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
+                  offsets: int) -> bool:
+    xq, xd, xsum, finite = _quantize(x, 4, offsets)
     if finite:
         n = qs.shape[0]
         step = -(-(n // 2) // parts) * 2
         for t in prange(parts):
             _pair_span(xq, xd, qs, d, mins, xsum, out, min(n, t * step),
-                       min(n, t * step + step), pairing)
+                       min(n, t * step + step))
     return bool(finite)
 
 
 #: Fewest elements a row for which `prepare` multiplies two weight rows a pass, from 8
-#: activation rows: where eight int16 activation rows (32 KB) no longer fit in L1 beside the
-#: weights. Weights from memory, 2 threads, alternating processes, against one row a pass:
-#: 896 x 4864 by 16 rows 0.58-0.59 against 0.69-0.70 ms, by 8 rows 0.32 against 0.35, by 4
-#: 0.19 against 0.18; 9728 x 896 by 16 rows 1.07-1.10 against 1.04, by 4 0.41 against 0.31.
+#: activation rows (blocks of 16): where eight int16 activation rows (32 KB) no longer fit in
+#: L1 beside the weights. Measured on Q8_0 before its halves: weights from memory, 2 threads,
+#: alternating processes, against one row a pass: 896 x 4864 by 16 rows 0.58-0.59 against
+#: 0.69-0.70 ms, by 8 rows 0.32 against 0.35, by 4 0.19 against 0.18; 9728 x 896 by 16 rows
+#: 1.07-1.10 against 1.04, by 4 0.41 against 0.31.
 _PAIR_MIN_K: Final = 2048
 
 
@@ -726,11 +817,14 @@ def prepare(x: Array, qs: Array, d: Array | tuple[Array, Array],
                          f"bytes: K {k}, plane {highs.shape}")
     parts = pool.parts(n, x.shape[0] * n * k, grain=16)
     offsets = (mins[0] if isinstance(mins, tuple) else mins).shape[1]
-    if (qs.dtype == np.int8 and highs is None and not isinstance(d, tuple)
-            and x.shape[0] % 8 == 0 and n % 2 == 0 and k >= _PAIR_MIN_K):
-        # one-byte weights with plain scales, long rows: two weight rows a pass (`intpairs`)
-        return functools.partial(_paired_split, x, qs, d, mins, out, parts, offsets, shift,
-                                 _PAIRINGS[shift])
+    plain = qs.dtype == np.int8 and highs is None and not isinstance(d, tuple)
+    if plain and shift == 5 and x.shape[0] >= 4:
+        # one-byte weights in blocks of 32 with plain scales: two blocks a vector (`halves`)
+        return functools.partial(_halves_split, x, qs, d, mins, out, parts, offsets,
+                                 host_lanes())
+    if plain and x.shape[0] % 8 == 0 and n % 2 == 0 and k >= _PAIR_MIN_K:
+        # one-byte weights in blocks of 16, long rows: two weight rows a pass (`intpairs`)
+        return functools.partial(_paired_split, x, qs, d, mins, out, parts, offsets)
     if shift == 4:
         if parts > 1:
             return functools.partial(_product16_split, x, qs, d, mins, out, parts, offsets)
@@ -738,8 +832,3 @@ def prepare(x: Array, qs: Array, d: Array | tuple[Array, Array],
     if parts > 1:
         return functools.partial(_product32_split, x, qs, d, mins, out, parts, highs, offsets)
     return functools.partial(_product32, x, qs, d, mins, out, highs, offsets)
-
-
-#: `_paired_split`'s `pairing` argument by block size: its dtype picks the pair kernel (one
-#: compiles, not both).
-_PAIRINGS: Final = {5: np.zeros(0, np.int8), 4: np.zeros(0, np.int16)}

@@ -7,9 +7,10 @@ traffic; its gate and up projections by the loads and conversions per block. Her
 multiplies every loaded activation block by two weight rows (16 sums in 16 registers for eight
 rows: the 32 of AVX-512 hold them), which halves the activation traffic and loads.
 
-Only for one-byte weights with plain float32 (or half, widened) scales per block: Q8_0 and the
-formats `quant_more` unpacks to a byte a weight with such scales. The others (nibbles, a fifth
-bit plane, factored K-format scales) keep `intdot`'s kernel (`intdot.pair_rows` chooses).
+Only for one-byte weights in blocks of 16 with plain float32 scales per block (Q2_K and Q3_K as
+`quant_more` unpacks them). One-byte weights in blocks of 32 (Q8_0, IQ4_NL, IQ4_XS) take
+`intdot`'s halves instead, which measured faster at every length; the others (nibbles, a
+fifth bit plane, factored K-format scales) keep `intdot`'s kernel (`intdot.prepare` chooses).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from numba import types as _types
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
-from .irblocks import every_other, halves_added, host_lanes, prefetch, splat
+from .irblocks import every_other, halves_added, host_lanes, lane_totals, prefetch, splat
 
-__all__ = ["PREFETCH_BYTES", "pair16x8", "pair32x8"]
+__all__ = ["PREFETCH_BYTES", "pair16x8"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
@@ -126,15 +127,8 @@ def _pair_kernel(shift: int, rows: int) -> Any:
             with cgutils.for_range_slice(builder, done, blocks, one) as (b, _):
                 block(b, lambda r, w: builder.fmul(builder.load(builder.gep(d_rows[w], [b])),
                                                    builder.load(builder.gep(xd_rows[r], [b]))))
-            values = []
-            for w in range(2):
-                for r in range(rows):
-                    total = builder.load(sums[r][w])
-                    value = builder.extract_element(total, ir.Constant(_I32, 0))
-                    for lane in range(1, lanes):
-                        value = builder.fadd(value, builder.extract_element(
-                            total, ir.Constant(_I32, lane)))
-                    values.append(value)
+            values = lane_totals(builder, [builder.load(sums[r][w]) for w in range(2)
+                                           for r in range(rows)])
             return context.make_tuple(builder, signature.return_type, values)
 
         return sig, codegen
@@ -142,6 +136,5 @@ def _pair_kernel(shift: int, rows: int) -> Any:
     return dot2
 
 
-#: The kernels by block size (16 or 32), for 8 activation rows.
+#: The kernel for blocks of 16 and 8 activation rows.
 pair16x8 = _pair_kernel(4, 8)
-pair32x8 = _pair_kernel(5, 8)

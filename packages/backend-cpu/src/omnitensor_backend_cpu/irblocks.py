@@ -9,7 +9,7 @@ from llvmlite import ir
 from numba import types as _nb_types
 
 __all__ = ["LANES", "VF", "every_other", "fmuladd", "halves_added", "host_lanes",
-           "intrinsic_args", "lane_range", "load_quants", "load_vector", "prefetch",
+           "intrinsic_args", "lane_range", "lane_totals", "load_quants", "load_vector", "prefetch",
            "row_pointer", "splat", "widen_half"]
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
@@ -63,6 +63,50 @@ def halves_added(builder: Any, vec: Any, lanes: int) -> Any:
         vec = builder.add(lane_range(builder, vec, 0, width),
                           lane_range(builder, vec, width, width))
     return vec
+
+
+def lane_totals(builder: Any, vectors: list[Any]) -> list[Any]:
+    """The sum of each vector's lanes (equal widths, a power of two), as scalars in order.
+
+    The vectors are added up together, two at a time: one step takes two vectors whose lanes
+    are k segments (one a vector) and gives one of 2k half-length segments, each the lower
+    half of a segment plus its upper half (two shuffles and an add for both). A lone vector
+    folds its segments the same way. Eight 16-lane sums take 16 shuffles and 8 adds, where one
+    scalar add a lane took 120 adds in a chain a vector and as many extractions: that was 30-40
+    % of a 16-row product over rows of 896 (`intdot`).
+    """
+    def halves(a: Any, b: Any, segments: int, upper: bool) -> Any:
+        width = a.type.count
+        size = width // segments
+        picks = [v * width + s * size + upper * size // 2 + j
+                 for v in range(1 if a is b else 2) for s in range(segments)
+                 for j in range(size // 2)]
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, len(picks)), picks))
+
+    def folded(a: Any, b: Any, segments: int) -> Any:
+        add = builder.fadd if isinstance(a.type.element, ir.FloatType) else builder.add
+        return add(halves(a, b, segments, False), halves(a, b, segments, True))
+
+    level = [(v, 1) for v in vectors]  # (vector, segments), each segment one input's lanes
+    joined = True
+    while joined:  # neighbours with as many segments join (keeping the order)
+        joined = False
+        after: list[tuple[Any, int, bool]] = []
+        for vector, segments in level:
+            if (after and after[-1][1] == segments and vector.type.count > segments
+                    and not after[-1][2]):
+                after[-1] = (folded(after[-1][0], vector, segments), 2 * segments, True)
+                joined = True
+            else:
+                after.append((vector, segments, False))
+        level = [(v, k) for v, k, _ in after]
+    totals = []
+    for vector, segments in level:
+        while vector.type.count > segments:
+            vector = folded(vector, vector, segments)
+        totals += [builder.extract_element(vector, ir.Constant(_I32, i))
+                   for i in range(segments)]
+    return totals
 
 
 def fmuladd(builder: Any, a: Any, b: Any, c: Any) -> Any:
