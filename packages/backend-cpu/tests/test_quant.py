@@ -241,8 +241,9 @@ def test_dot_step_knows_where_the_outer_product_tiles_start() -> None:
 def test_long_rows_by_each_kernel_match_the_reference(fmt: str, m: int, n: int,
                                                       assert_qmatmul_close: Any) -> None:
     # rows of 2304 (over `intdot._PAIR_MIN_K`): one-byte weights with plain scales in blocks
-    # of 32 go two blocks a vector from 4 activation rows; in blocks of 16 (Q2_K, Q3_K) two
-    # weight rows and eight activation rows a pass where both counts allow (8 or 16 by 10);
+    # of 32 go `intdot.GROUP` blocks a vector from 4 activation rows; in blocks of 16 (Q2_K,
+    # Q3_K) two weight rows and eight activation rows a pass where both counts allow (8 or 16
+    # by 10);
     # Q4_K (nibbles, factored scales), 13 activation rows or 9 weight rows: one row a pass
     from omnitensor_backend_cpu import intdot
 
@@ -256,21 +257,21 @@ def test_long_rows_by_each_kernel_match_the_reference(fmt: str, m: int, n: int,
     mins = quant._NO_MINS if packed.mins is None else packed.mins
     call = intdot.prepare(x, packed.stored, packed.d, mins, out, packed.shift, packed.highs)
     one_byte = fmt not in ("q4_k",)
-    want = (intdot._halves_split if one_byte and packed.shift == 5 and m >= 4
+    want = (intdot._grouped_split if one_byte and packed.shift == 5 and m >= 4
             else intdot._paired_split if one_byte and m % 8 == 0 and n % 2 == 0
             else None)
     kind = getattr(call, "func", None)
-    assert (kind if kind in (intdot._halves_split, intdot._paired_split) else None) is want
+    assert (kind if kind in (intdot._grouped_split, intdot._paired_split) else None) is want
     assert call()
     assert_qmatmul_close(out, x @ quant_blocks.dequantize(blocks, fmt).T)
 
 
 @pytest.mark.parametrize("m", [4, 5, 7, 8, 11, 16, 19])
-@pytest.mark.parametrize("blocks", [1, 3, 28])
-def test_two_blocks_a_vector_match_float64_with_offsets(m: int, blocks: int) -> None:
-    # `intdot`'s halves on int8 weights in blocks of 32: every row count past the passes of
-    # 8 (a last 1-3 rows done again with the rows before them), an odd last block outside the
-    # interleaved pairs, and per-block offsets (none of the formats here has them; the kernel
+@pytest.mark.parametrize("blocks", [1, 3, 6, 28, 31])
+def test_grouped_blocks_match_float64_with_offsets(m: int, blocks: int) -> None:
+    # `intdot`'s groups of blocks on int8 weights in blocks of 32: every row count past the
+    # passes of 8 (a last 1-3 rows done again with the rows before them), blocks past the last
+    # whole group, and per-block offsets (none of the formats here has them; the kernel
     # takes them as `_rows` does)
     from omnitensor_backend_cpu import intdot
 
@@ -282,7 +283,7 @@ def test_two_blocks_a_vector_match_float64_with_offsets(m: int, blocks: int) -> 
     x = rng.normal(size=(m, k)).astype(np.float32)
     out = np.full((m, n), np.nan, np.float32)
     call = intdot.prepare(x, qs, d, mins, out, 5)
-    assert getattr(call, "func", None) is intdot._halves_split
+    assert getattr(call, "func", None) is intdot._grouped_split
     assert call()
     weight = (qs.astype(np.float64) * np.repeat(d, 32, axis=1)
               - np.repeat(mins.astype(np.float64), 32, axis=1))
@@ -290,22 +291,25 @@ def test_two_blocks_a_vector_match_float64_with_offsets(m: int, blocks: int) -> 
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-def test_halves_layout_pairs_each_chunk_of_two_blocks() -> None:
+def test_group_layout_gives_each_chunk_a_part_of_every_block() -> None:
     from omnitensor_backend_cpu import intdot
 
+    group = intdot.GROUP
+    k = 32 * (2 * group + 1)  # two whole groups and one block past them
     for lanes in (8, 16):
-        xq = np.arange(2 * 160, dtype=np.int16).reshape(2, 160)  # 5 blocks: 2 pairs and one
+        xq = np.arange(2 * k, dtype=np.int16).reshape(2, k)
         moved = xq.copy()
-        intdot.interleave_halves(moved, lanes)
+        intdot.interleave_groups(moved, lanes)
+        per = 2 * lanes // group
         for row in range(2):
-            for base in (0, 64):
-                for c in range(0, 32, lanes):
-                    at = base + 2 * c
-                    assert moved[row, at: at + lanes].tolist() == xq[
-                        row, base + c: base + c + lanes].tolist()
-                    assert moved[row, at + lanes: at + 2 * lanes].tolist() == xq[
-                        row, base + 32 + c: base + 32 + c + lanes].tolist()
-            assert moved[row, 128:].tolist() == xq[row, 128:].tolist()
+            for base in (0, 32 * group):
+                for c in range(0, 32, per):
+                    for g in range(group):
+                        at = base + c // per * 2 * lanes + g * per
+                        start = base + 32 * g + c
+                        assert moved[row, at: at + per].tolist() == xq[
+                            row, start: start + per].tolist()
+            assert moved[row, 64 * group:].tolist() == xq[row, 64 * group:].tolist()
 
 
 @pytest.mark.parametrize("k", [1, 7, 31, 32, 33, 64, 901])

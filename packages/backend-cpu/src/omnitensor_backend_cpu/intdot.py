@@ -10,8 +10,8 @@ result stays within float32 rounding of the dequantize-then-multiply reference i
 ggml's ~1e-2 relative error. Bounds: |q| <= 128 and |x| <= 32767, so a 32-element block sums
 to at most 32 * 128 * 32767 < 2**31.
 
-From four activation rows, one-byte weights in blocks of 32 go two blocks a vector
-(`interleave_halves`); a row's sums are added up together with the other rows' (`lane_totals`).
+From four activation rows, one-byte weights in blocks of 32 go four blocks a vector
+(`interleave_groups`); a row's sums are added up together with the other rows' (`lane_totals`).
 
 The block loop is written in LLVM IR (`_dot_kernel`) because numba types a product of two
 int32 scalars as int64, and 64-bit lanes never become ``vpmaddwd``; the IR is target-neutral
@@ -60,6 +60,9 @@ overload: Any = _overload
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _LANES: Final = 8
+#: Blocks of 32 one-byte weights multiplied as one by the kernels of several rows (`grouped`):
+#: a group's 128 bytes are two lines, and each vector of pair sums holds 4 lanes of each block.
+GROUP: Final = 4
 #: Float sums per activation row in the one-row kernels over int8 weights (`_dot_kernel`).
 _ONE_ROW_WAYS: Final = 2
 
@@ -85,7 +88,7 @@ def _byte(builder: Any, column: Any, nibbles: bool) -> Any:
     return builder.ashr(column, ir.Constant(column.type, 1)) if nibbles else column
 
 
-def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> Any:
+def _dot_kernel(shift: int, rows: int, ways: int = 1, grouped: bool = False) -> Any:
     """An intrinsic ``dot(qs, n, xq, m, d, xd, highs)`` for sub-blocks of ``1 << shift``.
 
     For each activation row ``r`` in ``m .. m + rows - 1``: ``sum_b d[n, b] * xd[r, b] *
@@ -101,8 +104,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> A
 
     `ways`: float sums per row over int8 weights, taking the blocks of a line in turn.
 
-    `halves` (int8 weights, blocks of 32, several rows): x in `interleave_halves`' layout, and
-    each pair of blocks multiplied as one (see `interleave_halves`).
+    `grouped` (int8 weights, blocks of 32, several rows): x in `interleave_groups`' layout, and
+    each `GROUP` blocks multiplied as one (see `interleave_groups`).
     """
     size = 1 << shift
 
@@ -182,8 +185,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> A
             # come from L2 either way). One row kept 8 (0.15-0.17 against 0.13-0.16 ms for
             # 9728 x 896); nibbles and 16-weight blocks give 8 lanes anyway.
             lanes = host_lanes() if size == 32 and not nibbles and rows > 1 else _LANES
-            if halves and (nibbles or size != 32 or rows == 1):
-                raise TypeError("intdot: halves take int8 blocks of 32 and several rows")
+            if grouped and (nibbles or size != 32 or rows == 1):
+                raise TypeError("intdot: groups take int8 blocks of 32 and several rows")
             vf = ir.VectorType(_F32, lanes)
             wide = ir.VectorType(_I32, size)
             # NOTE: an int8 row's blocks add into `ways` sums in turn (by their place in the
@@ -266,28 +269,30 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> A
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
-            def block_pair(first: Any, products: list[Any]) -> None:
-                # int8 blocks `first` and `first + 1` (one 64-byte load) against x in
-                # `interleave_halves`' layout: each chunk pairs lanes / 2 pair sums of one
-                # block with as many of the next, so a pair of blocks takes one conversion and
-                # one scaling a row, not two
+            def block_group(first: Any, products: list[Any]) -> None:
+                # int8 blocks `first` .. `first + GROUP - 1` (one load) against x in
+                # `interleave_groups`' layout: each chunk holds lanes / GROUP pair sums of
+                # every block, so the group takes one conversion and one scaling a row
                 at = builder.shl(first, ir.Constant(first.type, shift))
                 raw = builder.load(builder.bitcast(builder.gep(q_row, [at]), ir.VectorType(
-                    _I8, 2 * size).as_pointer()), align=1)
+                    _I8, GROUP * size).as_pointer()), align=1)
+                per = 2 * lanes // GROUP  # elements of each block in a chunk
+                wide16 = ir.VectorType(_I16, 2 * lanes)
                 chunk = ir.VectorType(_I32, 2 * lanes)
                 weights = [builder.sext(builder.shuffle_vector(raw, raw, ir.Constant(
-                    chunk, [*range(c, c + lanes), *range(size + c, size + c + lanes)])), chunk)
-                    for c in range(0, size, lanes)]
-                i16s = ir.VectorType(_I16, 2 * lanes).as_pointer()
+                    chunk, [g * size + c + i for g in range(GROUP) for i in range(per)])),
+                    wide16) for c in range(0, size, per)]
                 for x_row, acc, scale in zip(x_rows, accs(0), products, strict=True):
                     s = None
                     for c, w in enumerate(weights):
                         x = builder.load(builder.bitcast(builder.gep(x_row, [builder.add(
-                            at, ir.Constant(at.type, 2 * lanes * c))]), i16s), align=2)
-                        p = builder.mul(w, builder.sext(x, chunk))
+                            at, ir.Constant(at.type, 2 * lanes * c))]), wide16.as_pointer()),
+                            align=2)
+                        p = builder.mul(builder.sext(w, chunk), builder.sext(x, chunk))
                         t = builder.add(every_other(builder, p, 0), every_other(builder, p, 1))
                         s = t if s is None else builder.add(s, t)
-                    spread_scale = spread(scale, [0] * (lanes // 2) + [1] * (lanes // 2))
+                    spread_scale = spread(scale, [g for g in range(GROUP)
+                                                  for _ in range(lanes // GROUP)])
                     term = builder.fmul(builder.sitofp(s, vf), spread_scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 
@@ -308,12 +313,15 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> A
             # blocks (`pair`): a 4864 x 896 Q4_K product 0.76x / 0.78x / 0.80x the time at 1, 4
             # and 16 rows, 896 x 4864 0.72x / 0.86x / 0.92x (same process, interleaved medians)
             per_line = 64 // (size // 2 if nibbles else size)
+            if grouped:  # GROUP blocks a pass, one prefetch a line
+                per_line = GROUP
             lines = builder.ashr(blocks, ir.Constant(blocks.type, per_line.bit_length() - 1))
             with cgutils.for_range(builder, lines) as loop:
                 first = builder.mul(loop.index, ir.Constant(blocks.type, per_line))
-                prefetch(builder, builder.gep(q_row, [builder.add(
-                    _byte(builder, builder.shl(first, ir.Constant(first.type, shift)), nibbles),
-                    ir.Constant(first.type, _PREFETCH_BYTES))]))
+                for line in range(0, per_line * (size // 2 if nibbles else size), 64):
+                    prefetch(builder, builder.gep(q_row, [builder.add(_byte(
+                        builder, builder.shl(first, ir.Constant(first.type, shift)), nibbles),
+                        ir.Constant(first.type, _PREFETCH_BYTES + line))]))
                 products = scale_products(first, per_line)
                 plane = None
                 if five:  # the line's 128 fifth bits: lane j's byte holds 4 for each pair
@@ -328,8 +336,8 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, halves: bool = False) -> A
                         pair(builder.add(first, ir.Constant(first.type, u)),
                              [spread(p, [u] * 4 + [u + 1] * 4) for p in products], plane,
                              2 * u)
-                elif halves:
-                    block_pair(first, products)
+                elif grouped:
+                    block_group(first, products)
                 else:
                     for u in range(per_line):
                         block(builder.add(first, ir.Constant(first.type, u)), False,
@@ -366,8 +374,8 @@ _dot16x4 = _dot_kernel(4, 4)
 _dot32x4 = _dot_kernel(5, 4)
 _dot16x8 = _dot_kernel(4, 8)
 _dot32x8 = _dot_kernel(5, 8)
-_halves32x4 = _dot_kernel(5, 4, halves=True)
-_halves32x8 = _dot_kernel(5, 8, halves=True)
+_grouped32x4 = _dot_kernel(5, 4, grouped=True)
+_grouped32x8 = _dot_kernel(5, 8, grouped=True)
 
 
 
@@ -627,23 +635,29 @@ def interleave_pairs(xq: Any) -> None:
 
 
 @jit()
-def interleave_halves(xq: Any, lanes: int) -> None:
-    """Reorder each row's whole groups of 64 (blocks of 32 b, b + 1) for `_dot_kernel`'s halves.
+def interleave_groups(xq: Any, lanes: int) -> None:
+    """Reorder each row's whole groups of `GROUP` blocks of 32 for `_dot_kernel`'s groups.
 
-    Chunk c of a group holds x[c L .. c L + L - 1] of block b then the same of block b + 1
-    (L = `lanes`, the CPU's float32 lanes): against the weights' bytes in that order, a 16-bit
-    pair multiply-add gives L / 2 lanes of each block, and the chunks add up lane by lane
-    into one vector of both blocks' sums. A last odd block stays as it is.
+    With L = `lanes` (the CPU's float32 lanes) and P = 2 L / GROUP, chunk c of a group (2 L
+    values) holds x[c P .. c P + P - 1] of each of its blocks in turn: against the weights'
+    bytes in that order, a 16-bit pair multiply-add gives L / GROUP lanes to each block, and the
+    chunks add up lane by lane into one vector of all the group's sums. The blocks past the
+    last whole group stay as they are.
     """
-    group = np.empty(64, np.int16)
+    size = 32
+    per = 2 * lanes // GROUP
+    span = GROUP * size
+    group = np.empty(span, np.int16)
     for m in range(xq.shape[0]):
-        for base in range(0, xq.shape[1] - 63, 64):
-            for j in range(64):
+        for base in range(0, xq.shape[1] - span + 1, span):
+            for j in range(span):
                 group[j] = xq[m, base + j]
-            for c in range(0, 32, lanes):
-                for i in range(lanes):
-                    xq[m, base + 2 * c + i] = group[c + i]
-                    xq[m, base + 2 * c + lanes + i] = group[32 + c + i]
+            at = base
+            for c in range(0, size, per):
+                for g in range(GROUP):
+                    for i in range(per):
+                        xq[m, at] = group[g * size + c + i]
+                        at += 1
 
 
 @jit(inline=True)
@@ -714,7 +728,7 @@ def _product16_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int,
 
 
 @jit(inline=True)
-def _halves_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
+def _grouped_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: Any, lo: int,
                  hi: int) -> None:
     # at least four activation rows; a last 1-3 are done again with the rows before them
     m_rows = xq.shape[0]
@@ -725,39 +739,41 @@ def _halves_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: A
         offsets = row_scales(mins, n, mbuf)
         m = 0
         while m + 8 <= m_rows:
-            a0, a1, a2, a3, a4, a5, a6, a7 = _halves32x8(qs, n, xq, m, scales, xd, None)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _grouped32x8(qs, n, xq, m, scales, xd, None)
             store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
             store4(out, offsets, xsum, m + 4, n, a4, a5, a6, a7)
             m += 8
         if m < m_rows:
             m = min(m, m_rows - 4)
             while m + 4 <= m_rows:
-                a0, a1, a2, a3 = _halves32x4(qs, n, xq, m, scales, xd, None)
+                a0, a1, a2, a3 = _grouped32x4(qs, n, xq, m, scales, xd, None)
                 store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
                 m += 4
             if m < m_rows:
                 m = m_rows - 4
-                a0, a1, a2, a3 = _halves32x4(qs, n, xq, m, scales, xd, None)
+                a0, a1, a2, a3 = _grouped32x4(qs, n, xq, m, scales, xd, None)
                 store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
 
 
-# NOTE: two blocks a vector for four or more rows: per row and pair of blocks two 16-bit
-# multiply-adds, one integer add, one conversion and one scaling, where a block at a time took
-# two of each but the add (the conversions and scalings on the one 512-bit port that also
-# multiplies). Q8_0 by 16 rows, 2 threads, one process each, interleaved: 9728 x 896 1.30-1.33
-# against 1.54-1.83 ms, 896 x 4864 0.85-1.06 against 1.01-1.03 for two weight rows a pass; a
-# 16-token prefill of the 0.5B model 84-87 against 100 ms. An entry of its own (as
-# `_paired_split`), so that a decode step's one-row products never pay for its compilation.
+# NOTE: `GROUP` blocks a vector for four or more rows: per row and group four 16-bit
+# multiply-adds, three integer adds, one conversion, one spread of the scales and one scaling,
+# where a block at a time took a multiply-add, a conversion, a spread and a scaling each.
+# Two blocks a vector first: Q8_0 by 16 rows, 2 threads, one process each, interleaved: 9728 x
+# 896 1.30-1.33 against 1.54-1.83 ms, 896 x 4864 0.85-1.06 against 1.01-1.03 for two weight
+# rows a pass. Four: llvm-mca (Ice Lake server model) on the 8-row loop 24.4 against 19.7
+# multiply-adds a cycle; a 16-token prefill of the 0.5B model 89-91 against 106-108 ms (llama.cpp
+# 99-101 and 101-116 in the same runs). An entry of its own (as `_paired_split`), so that a
+# decode step's one-row products never pay for its compilation.
 @jit(parallel=True)
-def _halves_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int, offsets: int,
+def _grouped_split(x: Any, qs: Any, d: Any, mins: Any, out: Any, parts: int, offsets: int,
                   lanes: int) -> bool:
     xq, xd, xsum, finite = _quantize(x, 5, offsets)
     if finite:
-        interleave_halves(xq, lanes)
+        interleave_groups(xq, lanes)
         n = qs.shape[0]
         step = -(-n // parts)
         for t in prange(parts):
-            _halves_rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step))
+            _grouped_rows(xq, xd, qs, d, mins, xsum, out, t * step, min(n, t * step + step))
     return bool(finite)
 
 
@@ -820,7 +836,7 @@ def prepare(x: Array, qs: Array, d: Array | tuple[Array, Array],
     plain = qs.dtype == np.int8 and highs is None and not isinstance(d, tuple)
     if plain and shift == 5 and x.shape[0] >= 4:
         # one-byte weights in blocks of 32 with plain scales: two blocks a vector (`halves`)
-        return functools.partial(_halves_split, x, qs, d, mins, out, parts, offsets,
+        return functools.partial(_grouped_split, x, qs, d, mins, out, parts, offsets,
                                  host_lanes())
     if plain and x.shape[0] % 8 == 0 and n % 2 == 0 and k >= _PAIR_MIN_K:
         # one-byte weights in blocks of 16, long rows: two weight rows a pass (`intpairs`)

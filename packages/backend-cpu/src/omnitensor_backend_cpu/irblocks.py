@@ -9,8 +9,8 @@ from llvmlite import ir
 from numba import types as _nb_types
 
 __all__ = ["LANES", "VF", "every_other", "fmuladd", "halves_added", "host_lanes",
-           "intrinsic_args", "lane_range", "lane_totals", "load_quants", "load_vector", "prefetch",
-           "row_pointer", "splat", "widen_half"]
+           "intrinsic_args", "lane_range", "lane_totals", "load_quants", "load_vector",
+           "prefetch", "row_pointer", "splat", "widen_half"]
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 
