@@ -113,6 +113,10 @@ def test_q8_0_model_is_resident_about_once(tmp_path: Path) -> None:
     assert loaded <= 1.2 * budget, (
         f"loading a {budget / 2**20:.1f} MB model (file + KV cache) added "
         f"{loaded / 2**20:.1f} MB to the resident memory ({loaded / budget:.2f}x)")
-    assert peak <= 1.2 * budget + (16 << 20), (
+    # NOTE: the slack is for the allocator: the first model's freed buffers leave holes in
+    # glibc's heap, and whether the second one's fit them varies from run to run with the
+    # order of allocations (identical runs peaked 51.5 or 59.7 MB above the base for a 35 MB
+    # budget); a second copy of the weights would still be 35 MB more
+    assert peak <= 1.2 * budget + (24 << 20), (
         f"loading and decoding a {budget / 2**20:.1f} MB model (file + KV cache) added "
         f"{peak / 2**20:.1f} MB to the peak resident memory ({peak / budget:.2f}x)")

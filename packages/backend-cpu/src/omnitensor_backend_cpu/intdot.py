@@ -634,30 +634,51 @@ def interleave_pairs(xq: Any) -> None:
                     xq[m, at + 48] = group[h * 32 + 17 + 2 * j]
 
 
+@intrinsic  # type: ignore[untyped-decorator]
+def _interleave_group(typingctx: Any, xq: Any, m: Any, base: Any, lanes: Any) -> Any:
+    """Row m's `GROUP` blocks of 32 from column `base` of int16 `xq` reordered in place.
+
+    One vector load, shuffle and store (no scratch buffer); `lanes` must be a literal.
+    """
+    if not (isinstance(xq, types.Array) and xq.ndim == 2 and xq.layout == "C"
+            and xq.dtype == types.int16 and isinstance(lanes, types.IntegerLiteral)):
+        return None
+    width = lanes.literal_value
+    per = 2 * width // GROUP
+    span = GROUP * 32
+    picks = [g * 32 + c + i for c in range(0, 32, per) for g in range(GROUP) for i in range(per)]
+    sig = types.void(xq, m, base, lanes)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
+        arr = context.make_array(signature.args[0])(context, builder, args[0])
+        row, col = (context.cast(builder, args[i], signature.args[i], types.intp)
+                    for i in (1, 2))
+        at = builder.add(builder.mul(row, builder.extract_value(arr.shape, 1)), col)
+        ptr = builder.bitcast(builder.gep(arr.data, [at]), ir.VectorType(_I16, span).as_pointer())
+        group = builder.load(ptr, align=2)
+        builder.store(builder.shuffle_vector(group, group, ir.Constant(
+            ir.VectorType(_I32, span), picks)), ptr, align=2)
+
+    return sig, codegen
+
+
 @jit()
 def interleave_groups(xq: Any, lanes: int) -> None:
     """Reorder each row's whole groups of `GROUP` blocks of 32 for `_dot_kernel`'s groups.
 
-    With L = `lanes` (the CPU's float32 lanes) and P = 2 L / GROUP, chunk c of a group (2 L
-    values) holds x[c P .. c P + P - 1] of each of its blocks in turn: against the weights'
-    bytes in that order, a 16-bit pair multiply-add gives L / GROUP lanes to each block, and the
-    chunks add up lane by lane into one vector of all the group's sums. The blocks past the
-    last whole group stay as they are.
+    With L = `lanes` (the CPU's float32 lanes, 8 or 16) and P = 2 L / GROUP, chunk c of a
+    group (2 L values) holds x[c P .. c P + P - 1] of each of its blocks in turn: against the
+    weights' bytes in that order, a 16-bit pair multiply-add gives L / GROUP lanes to each
+    block, and the chunks add up lane by lane into one vector of all the group's sums. The
+    blocks past the last whole group stay as they are.
     """
-    size = 32
-    per = 2 * lanes // GROUP
-    span = GROUP * size
-    group = np.empty(span, np.int16)
+    span = GROUP * 32
     for m in range(xq.shape[0]):
         for base in range(0, xq.shape[1] - span + 1, span):
-            for j in range(span):
-                group[j] = xq[m, base + j]
-            at = base
-            for c in range(0, size, per):
-                for g in range(GROUP):
-                    for i in range(per):
-                        xq[m, at] = group[g * size + c + i]
-                        at += 1
+            if lanes == 16:
+                _interleave_group(xq, m, base, 16)
+            else:
+                _interleave_group(xq, m, base, 8)
 
 
 @jit(inline=True)
