@@ -53,6 +53,24 @@ def test_activations(dtype: Any, mode: int, gated: bool) -> None:
     assert np.isnan(res[0]) and res[1] == np.inf and np.isnan(res[2])  # -inf * 0, as decomposed
 
 
+@pytest.mark.parametrize("rows", [3, 16, 40])
+def test_gated_activation_reads_the_halves_of_joined_rows_in_place(rows: int) -> None:
+    # gate and up as the halves of one (rows, 2 n) product (a joined gate/up projection):
+    # each row contiguous, the rows strided; a reusable call that sees later values
+    rng = np.random.default_rng(rows)
+    n = 4864
+    joined = rng.normal(size=(1, rows, 2 * n)).astype(np.float32)
+    gate, up = joined[..., :n], joined[..., n:]
+    out = np.empty((1, rows, n), np.float32)
+    call, reusable = pointwise.prepare_activation(gate, out, pointwise.SILU, up)
+    assert reusable
+    for _ in range(2):
+        call()
+        g64 = gate.astype(np.float64)
+        assert _rel(out, g64 / (1 + np.exp(-g64)) * up) < 1e-6
+        joined *= -0.5  # the same views, new values
+
+
 def _softmax(x: Array) -> Array:
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)

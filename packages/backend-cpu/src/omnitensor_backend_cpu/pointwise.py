@@ -87,6 +87,24 @@ def activation(x: Array, out: Array, mode: int, up: Array | None = None) -> None
     call()
 
 
+def _rows(a: Array) -> Array | None:
+    """`a` as a 2-D view of rows along its last axis, each row contiguous; else None."""
+    if a.ndim < 2 or a.strides[-1] != a.itemsize:
+        return None
+    rows = a.reshape(-1, a.shape[-1])
+    return rows if np.may_share_memory(rows, a) else None  # (a copy: not a view)
+
+
+def _by_rows(x: Array, up: Array, out: Array, mode: int, gated: bool) -> Callable[[], None]:
+    kernel = _KERNELS32[mode]
+
+    def rows(lo: int, hi: int) -> None:
+        for r in range(lo, hi):
+            kernel(x[r], up[r], out[r], gated)
+
+    return functools.partial(pool.parallel_for, x.shape[0], rows, x.size)
+
+
 def prepare_activation(x: Array, out: Array, mode: int, up: Array | None = None
                        ) -> tuple[Callable[[], None], bool]:
     """`activation`'s kernel call on these arrays, and whether it may be called again.
@@ -94,6 +112,15 @@ def prepare_activation(x: Array, out: Array, mode: int, up: Array | None = None
     Reusable when no operand was copied (see `rowops.prepare_norm`).
     """
     reusable = x.flags.c_contiguous and (up is None or up.flags.c_contiguous)
+    if not reusable and x.dtype == np.float32 and out.flags.c_contiguous:
+        x_rows = _rows(x)
+        up_rows = x_rows if up is None else _rows(up)
+        if x_rows is not None and up_rows is not None and up_rows.shape == x_rows.shape:
+            # NOTE: a gated unit's gate and up are the two halves of one joined product's
+            # rows: a kernel call a row on the views, where copying both to contiguous arrays
+            # at every call took a 16-token prefill's (16, 4864) swiglu 127 us
+            return _by_rows(x_rows, up_rows, out.reshape(x_rows.shape), mode,
+                            up is not None), True
     flat_x = np.ascontiguousarray(x).reshape(-1)
     flat_up = flat_x if up is None else np.ascontiguousarray(up).reshape(-1)
     flat_out = out.reshape(-1)
