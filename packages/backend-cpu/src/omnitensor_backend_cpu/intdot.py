@@ -764,16 +764,11 @@ def _grouped_rows(xq: Any, xd: Any, qs: Any, d: Any, mins: Any, xsum: Any, out: 
             store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
             store4(out, offsets, xsum, m + 4, n, a4, a5, a6, a7)
             m += 8
-        if m < m_rows:
+        while m < m_rows:  # fours; a last 1-3 rows with the rows before them (rewritten)
             m = min(m, m_rows - 4)
-            while m + 4 <= m_rows:
-                a0, a1, a2, a3 = _grouped32x4(qs, n, xq, m, scales, xd, None)
-                store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
-                m += 4
-            if m < m_rows:
-                m = m_rows - 4
-                a0, a1, a2, a3 = _grouped32x4(qs, n, xq, m, scales, xd, None)
-                store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+            a0, a1, a2, a3 = _grouped32x4(qs, n, xq, m, scales, xd, None)
+            store4(out, offsets, xsum, m, n, a0, a1, a2, a3)
+            m += 4
 
 
 # NOTE: `GROUP` blocks a vector for four or more rows: per row and group four 16-bit
