@@ -77,6 +77,7 @@ def test_independent_updates_run_as_one_call(backend: CpuBackend, split: bool,
         monkeypatch.setattr(threads, "wide_products", lambda: True)
         monkeypatch.setattr(threads, "_COUNT", [2])
         monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+        monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
     fn = _program(SHAPES)
     exe = backend.compile(fn)
     assert exe.plan.kinds.count("fused") == 1

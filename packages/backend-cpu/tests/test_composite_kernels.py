@@ -159,6 +159,7 @@ def test_attention_rows_share_key_blocks_across_query_heads(
     monkeypatch.setattr(threads, "_COUNT", [2])
     if split:
         monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+        monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
     rng = np.random.default_rng(7)
     # strided (B, T, H, D) queries; 150 keys: two blocks of 64 and a ragged one
     q = rng.normal(size=(2, t_len, 6, 16)).astype(np.float32).transpose(0, 2, 1, 3)
@@ -199,6 +200,7 @@ def test_short_rows_run_one_task_per_head(kv_heads: int, split: bool,
     monkeypatch.setattr(threads, "_COUNT", [2])
     if split:
         monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+        monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
     taken: list[int] = []
     short = attention._short32
     monkeypatch.setattr(attention, "_short32", lambda *a: (taken.append(1), short(*a)))
@@ -272,6 +274,7 @@ def test_attention_prefill_reads_strided_heads_on_two_threads(
 
     monkeypatch.setattr(threads, "_COUNT", [2])
     monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
     rng = np.random.default_rng(5)
     # (B, T, H, D) projections seen as (B, H, T, D), GQA 6 query heads over 2 kv heads
     q = rng.normal(size=(batch, 40, 6, 16)).astype(dtype).transpose(0, 2, 1, 3)

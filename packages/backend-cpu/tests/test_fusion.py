@@ -235,6 +235,7 @@ def test_large_groups_split_on_the_openmp_workers_where_products_do(
     monkeypatch.setattr(threads, "wide_products", lambda: True)
     monkeypatch.setattr(threads, "count", lambda: 2)
     monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+    monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
     pooled: list[int] = []
     monkeypatch.setattr(pool, "parallel_for", lambda count, body, *a, **k: (
         pooled.append(count), body(0, count)))

@@ -221,6 +221,7 @@ def test_float32_row_products_match_float64(m: int, split: bool,
     monkeypatch.setattr(threads, "_COUNT", [2])
     if split:
         monkeypatch.setattr(pool, "MIN_SPLIT", 1)
+        monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
     rng = np.random.default_rng(m)
     x = rng.normal(size=(m, 53)).astype(np.float32)
     w = rng.normal(size=(37, 53)).astype(np.float32)  # an odd count of weight rows

@@ -154,3 +154,32 @@ def test_row_max_over_eight_running_maxima_sees_every_element(n: int) -> None:
             x[at] = np.nan
             assert row_max(x) == np.nanmax(x)
     assert row_max(np.full(n, -np.inf, np.float32)) == -np.inf
+
+
+@pytest.mark.parametrize("rows", [1, 7, 257])
+def test_large_norms_split_on_the_openmp_workers_where_products_do(
+        backend: CpuBackend, compile_optimized: Any, monkeypatch: pytest.MonkeyPatch,
+        rows: int) -> None:
+    from omnitensor_backend_cpu import pool, rowops, threads
+
+    monkeypatch.setattr(threads, "wide_products", lambda: True)
+    monkeypatch.setattr(threads, "count", lambda: 2)
+    monkeypatch.setattr(pool, "MIN_WORKER_SPLIT", 1)
+    pooled: list[int] = []
+    monkeypatch.setattr(pool, "parallel_for", lambda count, body, *a, **k: (
+        pooled.append(count), body(0, count)))
+    twin = rowops._norm32_parts
+    ranges: list[tuple[int, int]] = []
+    monkeypatch.setattr(rowops, "_norm32_parts", lambda parts, step, *args: (
+        ranges.append((parts, step)), twin(parts, step, *args)))
+    shape = (rows, 96)
+    fn = _layer_norm(shape, float32, weight=True, bias=True)
+    exe = compile_optimized(fn)
+    rng = np.random.default_rng(3)
+    xs = [(rng.normal(size=shape) * 3 + 1).astype(np.float32)]
+    xs += [rng.normal(size=shape[-1:]).astype(np.float32) for _ in range(2)]
+    (got,) = backend.run(exe, xs)
+    # every row written once (an odd count splits unevenly), on the workers, not the pool
+    np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=2e-5, atol=2e-5)
+    assert pooled == []
+    assert ranges == ([] if rows == 1 else [(2, -(-rows // 2))])

@@ -23,6 +23,7 @@ Measured on one Zen 5 core (interleaved medians, panels packed): 210-250 GFLOP/s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -35,8 +36,10 @@ from . import pool, threads
 from ._compat import jit, prange
 from .irblocks import fmuladd, intrinsic_args, load_vector, splat
 
-__all__ = ["FEW_ROWS", "MIN_WORK", "SPAN", "column_share", "few", "few_tiles", "gemm", "pack",
-           "multiply_tile", "pack_rows", "suits", "tile_rows", "tiles"]
+__all__ = ["EPILOGUE_BIAS", "EPILOGUE_RESIDUAL", "EPILOGUE_RESIDUAL_FIRST", "FEW_ROWS",
+           "MIN_WORK", "NO_BIAS", "NO_RESIDUAL", "SPAN", "column_share", "few", "few_tiles",
+           "gemm", "multiply_tile", "pack", "pack_rows", "suits", "tile_rows", "tiles",
+           "tiles_onto"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
 types: Any = _types
@@ -68,18 +71,21 @@ def _tile(weights: int, vectors: int = VECTORS) -> Any:
     span`` (``LANES * vectors``: the panels' width) and ``r < weights``, K = bt's second
     extent; rows past the end of `out` (a last panel's padding) are computed and dropped.
     panels is (T * K, span) float32, C-contiguous; bt any strides; out's rows contiguous
-    (unit column stride) from 4 weight rows (the tiles store rows as vectors).
+    (unit column stride) from 4 weight rows (the tiles store rows as vectors). `flags` (see
+    `EPILOGUE_BIAS`) add ``bias[n + r]`` and ``residual[t * span + i, n + r]`` to each result
+    before it is stored, in the program's order.
     """
     vf = ir.VectorType(_F32, LANES)
     span = LANES * vectors
 
     @intrinsic  # type: ignore[untyped-decorator]
-    def tile(typingctx: Any, panels: Any, bt: Any, out: Any, t: Any, n: Any) -> Any:
-        sig = types.void(panels, bt, out, t, n)
+    def tile(typingctx: Any, panels: Any, bt: Any, out: Any, bias: Any, residual: Any,
+             t: Any, n: Any, flags: Any) -> Any:
+        sig = types.void(panels, bt, out, bias, residual, t, n, flags)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> None:
-            (p_arr, b_arr, o_arr), (t0, n0) = intrinsic_args(context, builder, signature,
-                                                             args, 3)
+            (p_arr, b_arr, o_arr, bias_arr, r_arr), (t0, n0, flags) = intrinsic_args(
+                context, builder, signature, args, 5)
             k_count = builder.extract_value(b_arr.shape, 1)
             b_rows, b_cols = (builder.extract_value(b_arr.strides, i) for i in (0, 1))
             b_base = builder.ptrtoint(b_arr.data, _I64)
@@ -102,17 +108,96 @@ def _tile(weights: int, vectors: int = VECTORS) -> Any:
                         acc = accs[v][r]
                         builder.store(fmuladd(builder, xs[v], b, builder.load(acc)), acc)
             m0 = builder.mul(t0, ir.Constant(_I64, span))
+            addends = _Addends(builder, bias_arr, r_arr, flags, n0, weights)
             if weights < 4:
-                _store_lanes(builder, o_arr, accs, m0, n0)
+                _store_lanes(builder, o_arr, accs, m0, n0, addends)
             else:
-                _store_rows(builder, o_arr, accs, m0, n0)
+                _store_rows(builder, o_arr, accs, m0, n0, addends)
 
         return sig, codegen
 
     return tile
 
 
-def _store_lanes(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
+#: `tiles_onto`'s flags: add a bias (one value per column of out), add a residual (out's
+#: shape), add the residual before the bias (the program's order, for the same rounding).
+EPILOGUE_BIAS: Final = 1
+EPILOGUE_RESIDUAL: Final = 2
+EPILOGUE_RESIDUAL_FIRST: Final = 4
+
+
+class _Addends:
+    """What a tile adds to its results before storing them (`EPILOGUE_BIAS` and the rest).
+
+    The bias is read once per tile, as one vector of the tile's columns (zero past them); the
+    residual row by row, beside each stored piece. Each addition is a branch on the flags
+    around the store (taken the same way by every tile of a call): a product without them
+    stores its sums untouched (an added 0 would turn -0.0 into 0.0).
+    """
+
+    def __init__(self, builder: Any, bias_arr: Any, r_arr: Any, flags: Any, n0: Any,
+                 weights: int) -> None:
+        self.builder = builder
+        zero = ir.Constant(_I64, 0)
+        self.has_bias = builder.icmp_signed(
+            "!=", builder.and_(flags, ir.Constant(_I64, EPILOGUE_BIAS)), zero)
+        self.has_residual = builder.icmp_signed(
+            "!=", builder.and_(flags, ir.Constant(_I64, EPILOGUE_RESIDUAL)), zero)
+        self.residual_first = builder.icmp_signed(
+            "!=", builder.and_(flags, ir.Constant(_I64, EPILOGUE_RESIDUAL_FIRST)), zero)
+        vf = ir.VectorType(_F32, LANES)
+        bias = cgutils.alloca_once_value(builder, ir.Constant(vf, None))
+        with builder.if_then(self.has_bias):
+            values = ir.Constant(vf, None)
+            for r in range(weights):
+                at = builder.gep(bias_arr.data, [builder.add(n0, ir.Constant(_I64, r))])
+                values = builder.insert_element(values, builder.load(at, align=4),
+                                                ir.Constant(ir.IntType(32), r))
+            builder.store(values, bias)
+        self.bias = builder.load(bias)
+        zeros = cgutils.alloca_once(builder, _F32, size=LANES)
+        builder.store(ir.Constant(vf, None), builder.bitcast(zeros, vf.as_pointer()), align=4)
+        self._zeros = builder.ptrtoint(zeros, _I64)
+        self._base = builder.add(builder.ptrtoint(r_arr.data, _I64),
+                                 builder.mul(n0, ir.Constant(_I64, 4)))
+        self._stride = builder.extract_value(r_arr.strides, 0)
+
+    def _maybe(self, flag: Any, value: Any, addend: Any) -> Any:
+        builder = self.builder
+        return builder.select(flag, builder.fadd(value, addend), value)
+
+    def row(self, i: Any, inside: Any) -> Any:
+        """The address of residual row `i` at column n0 (a scratch row of zeros outside)."""
+        builder = self.builder
+        at = builder.add(self._base, builder.mul(i, self._stride))
+        return builder.select(builder.and_(inside, self.has_residual), at, self._zeros)
+
+    def added(self, values: Any, start: int, row_at: Any) -> Any:
+        """`values`: results of the tile's columns [start, start + size) in one row.
+
+        `row_at`: `row`'s address of that row. The sums come back with the bias and the
+        residual added in the flags' order.
+        """
+        builder = self.builder
+        kind = values.type
+        size = kind.count if isinstance(kind, ir.VectorType) else 1
+        at = builder.add(row_at, ir.Constant(_I64, 4 * start))
+        # (a row of zeros is read where there is no residual: the load needs no branch)
+        residual = builder.load(builder.inttoptr(at, kind.as_pointer()), align=4)
+        if size == 1:
+            bias = builder.extract_element(self.bias, ir.Constant(ir.IntType(32), start))
+        else:
+            bias = builder.shuffle_vector(
+                self.bias, self.bias, ir.Constant(ir.VectorType(ir.IntType(32), size),
+                                                  list(range(start, start + size))))
+        early = builder.and_(self.has_residual, self.residual_first)
+        late = builder.and_(self.has_residual, builder.not_(self.residual_first))
+        first = self._maybe(early, values, residual)
+        return self._maybe(late, self._maybe(self.has_bias, first, bias), residual)
+
+
+def _store_lanes(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any,
+                 addends: _Addends) -> None:
     # Lane i of accs[v][r] is out[m0 + LANES * v + i, n0 + r], stored one by one (the tiles
     # of fewer than 4 weight rows); rows past the end of `out` go to a scratch row instead: a
     # select, not a branch per lane.
@@ -128,8 +213,10 @@ def _store_lanes(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
             i = builder.add(m0, ir.Constant(_I64, LANES * v + lane))
             inside = builder.icmp_signed("<", i, height)
             row = builder.add(base, builder.mul(i, o_rows))
+            row_at = addends.row(i, inside)
             for r in range(weights):
-                value = builder.extract_element(sums[r], ir.Constant(ir.IntType(32), lane))
+                value = addends.added(builder.extract_element(
+                    sums[r], ir.Constant(ir.IntType(32), lane)), r, row_at)
                 col = builder.add(row, builder.mul(builder.add(n0, ir.Constant(_I64, r)),
                                                    o_cols))
                 spare = builder.add(scratch_at, ir.Constant(_I64, 4 * r))
@@ -159,7 +246,8 @@ def _transposed(builder: Any, vectors: list[Any]) -> list[Any]:
     return rows
 
 
-def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
+def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any,
+                addends: _Addends) -> None:
     # out's rows are contiguous along n (checked by `tiles`): transpose each vector's 16 rows
     # x `weights` columns in registers and store each row's `weights` floats as vectors of 8
     # and 4 (a 12-wide tile's stores went from 384 lane extracts and scalar stores to 96
@@ -185,11 +273,12 @@ def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any) -> None:
             inside = builder.icmp_signed("<", i, height)
             address = builder.select(inside, builder.add(base, builder.mul(i, o_rows)),
                                      scratch)
+            row_at = addends.row(i, inside)
             for start, size in pieces:
-                piece = builder.shuffle_vector(
+                piece = addends.added(builder.shuffle_vector(
                     row_values, row_values,
                     ir.Constant(ir.VectorType(ir.IntType(32), size),
-                                list(range(start, start + size))))
+                                list(range(start, start + size)))), start, row_at)
                 ptr = builder.inttoptr(builder.add(address, ir.Constant(_I64, 4 * start)),
                                        ir.VectorType(_F32, size).as_pointer())
                 builder.store(piece, ptr, align=4)
@@ -280,14 +369,31 @@ def pack_rows(a: Any, panels: Any, t_lo: int, t_hi: int) -> None:
                         panels[base + kk, lane + i] = np.float32(0.0)
 
 
+#: `tiles_onto`'s bias and residual where there is none (read-only, as the real ones are
+#: passed: one compiled kernel for both).
+NO_BIAS: Final = np.zeros(0, np.float32)
+NO_RESIDUAL: Final = np.zeros((0, 0), np.float32)
+NO_BIAS.flags.writeable = NO_RESIDUAL.flags.writeable = False
+
+
 @jit()
 def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
           n_hi: int) -> None:
     """``out`` rows of panels [t_lo, t_hi) by columns [n_lo, n_hi) (bt's rows), on this thread.
 
+    `tiles_onto` without addends.
+    """
+    tiles_onto(panels, bt, out, NO_BIAS, NO_RESIDUAL, 0, t_lo, t_hi, n_lo, n_hi)
+
+
+@jit()
+def tiles_onto(panels: Any, bt: Any, out: Any, bias: Any, residual: Any, flags: int,
+               t_lo: int, t_hi: int, n_lo: int, n_hi: int) -> None:
+    """`tiles`, each result stored with a bias and a residual added (`EPILOGUE_BIAS`...).
+
     A block of `BLOCK_TILES` panels at a time: each weight strip is read once per block.
-    out's elements must be contiguous along its rows (unit column stride): the tiles store
-    vectors.
+    out's elements (and the residual's) must be contiguous along its rows (unit column
+    stride): the tiles load and store vectors.
     """
     if out.strides[1] != out.itemsize and out.shape[1] > 1:
         raise ValueError("gemm.tiles: out's rows must be contiguous")
@@ -296,16 +402,16 @@ def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
         n = n_lo
         while n + WEIGHTS <= n_hi:
             for t in range(block, end):
-                _tile_full(panels, bt, out, t, n)
+                _tile_full(panels, bt, out, bias, residual, t, n, flags)
             n += WEIGHTS
         # fewer than a tile's weight rows left (8 or 4 for most widths: 896, 512, 128)
         while n + 4 <= n_hi:
             for t in range(block, end):
-                _tile_4(panels, bt, out, t, n)
+                _tile_4(panels, bt, out, bias, residual, t, n, flags)
             n += 4
         while n < n_hi:
             for t in range(block, end):
-                _tile_one(panels, bt, out, t, n)
+                _tile_one(panels, bt, out, bias, residual, t, n, flags)
             n += 1
 
 
@@ -329,24 +435,35 @@ def pack(a: np.ndarray) -> np.ndarray:
     return panels
 
 
-def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
-    """``out = a @ bt.T``: a (M, K), bt (N, K), out (M, N), float32, any strides."""
+def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
+         addends: Sequence[np.ndarray] = ()) -> None:
+    """``out = a @ bt.T``: a (M, K), bt (N, K), out (M, N), float32, any strides.
+
+    Then ``out += addend`` for each of `addends` in order: a bias (N,), or a residual (M, N)
+    (one whose rows repeat, row stride 0, is a bias too). A bias and a residual, in either
+    order, are added as each tile is stored: a linear layer's bias and the residual
+    connection after it cost no pass over out of their own; any others are added after.
+    """
     (m_rows, k_count), n = a.shape, bt.shape[0]
-    if bt.shape[1] != k_count or out.shape != (m_rows, n):
+    if (bt.shape[1] != k_count or out.shape != (m_rows, n)
+            or any(x.shape not in ((n,), (m_rows, n)) for x in addends)):
         # the compiled kernels index without bounds checks: a wrong buffer would be overrun
-        raise ValueError(f"gemm of a {a.shape} by bt {bt.shape}.T into out {out.shape}: "
-                         f"shapes do not match")
+        raise ValueError(f"gemm of a {a.shape} by bt {bt.shape}.T into out {out.shape} "
+                         f"(addends {[x.shape for x in addends]}): shapes do not match")
     if out.strides[1] != out.itemsize and n > 1:  # the tiles store rows as vectors
         dense = np.empty(out.shape, np.float32)
-        gemm(a, bt, dense)
+        gemm(a, bt, dense, addends)
         out[...] = dense
         return
+    flags, bias, residual, later = _epilogue(addends)
     count = -(-m_rows // SPAN)
     parts = pool.parts(n, m_rows * n * k_count, grain=WEIGHTS)
     if parts <= 1:
         panels = np.empty((count * k_count, SPAN), np.float32)
         pack_rows(a, panels, 0, count)
-        tiles(panels, bt, out, 0, count, 0, n)
+        tiles_onto(panels, bt, out, bias, residual, flags, 0, count, 0, n)
+        for addend in later:
+            np.add(out, addend, out=out)
         return
     # a transposed (a weight gradient dY.T @ X): the sum over tokens splits, each thread
     # reading the rows of dY and X it wrote (see `_split`)
@@ -357,9 +474,43 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
     sums = np.empty((parts - 1 if by == _BY_TOKENS else 0, m_rows, n), np.float32)
     if by == _BY_COLUMNS:  # few panels: packed here (small), then the columns split
         pack_rows(a, panels, 0, count)
-    _split(a, bt, out, panels, sums, parts, by)
+    # (split over the sum's terms, the addends come after the partial sums)
+    _split(a, bt, out, panels, sums, parts, by, bias, residual, 0 if by == _BY_TOKENS else flags)
     for partial in sums:
         np.add(out, partial, out=out)
+    for addend in (addends if by == _BY_TOKENS else later):
+        np.add(out, addend, out=out)
+
+
+def _epilogue(addends: Sequence[np.ndarray]) -> tuple[int, np.ndarray, np.ndarray,
+                                                       Sequence[np.ndarray]]:
+    """The tiles' flags, bias and residual for `addends`, and the addends left after them.
+
+    The tiles take the first two when one is a bias and the other a residual, or the first
+    alone; each as they read it (float32, rows contiguous, read-only).
+    """
+    biases = [x.ndim == 1 or (x.shape[0] > 1 and x.strides[0] == 0) for x in addends]
+    take = 2 if len(addends) >= 2 and biases[0] != biases[1] else min(1, len(addends))
+    flags, bias, residual = 0, NO_BIAS, NO_RESIDUAL
+    for x, is_bias in zip(addends[:take], biases[:take], strict=True):
+        if is_bias:
+            flags |= EPILOGUE_BIAS
+            bias = _read_only(x if x.ndim == 1 else x[0])
+        else:
+            flags |= EPILOGUE_RESIDUAL
+            residual = _read_only(x)
+    if take == 2 and not biases[0]:
+        flags |= EPILOGUE_RESIDUAL_FIRST
+    return flags, bias, residual, addends[take:]
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    # (C-contiguous: one compiled kernel for every call)
+    if values.dtype != np.float32 or not values.flags.c_contiguous:
+        values = np.ascontiguousarray(values, np.float32)
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 #: How `_split` shares a product among threads: panels of a's rows, bt's rows (out's
@@ -378,7 +529,8 @@ _MIN_TOKENS: Final = 64
 # `tiles` in it: each call site in a parallel region compiles the kernel it calls again (3.9 s
 # for `tiles`, on a cold cache, against 0.9 s alone).
 @jit(parallel=True)
-def _split(a: Any, bt: Any, out: Any, panels: Any, sums: Any, parts: int, by: int) -> None:
+def _split(a: Any, bt: Any, out: Any, panels: Any, sums: Any, parts: int, by: int,
+           bias: Any, residual: Any, flags: int) -> None:
     n, k_count = bt.shape
     count = -(-a.shape[0] // SPAN)
     for p in prange(parts):
@@ -403,8 +555,8 @@ def _split(a: Any, bt: Any, out: Any, panels: Any, sums: Any, parts: int, by: in
         mine = panels[start:start + count * (k_hi - k_lo)] if by == _BY_TOKENS else panels
         if by != _BY_COLUMNS:
             pack_rows(a[:, k_lo:k_hi], mine, t_lo, t_hi)
-        tiles(mine, bt[:, k_lo:k_hi], out if p == 0 or by != _BY_TOKENS else sums[p - 1],
-              t_lo, t_hi, n_lo, n_hi)
+        tiles_onto(mine, bt[:, k_lo:k_hi], out if p == 0 or by != _BY_TOKENS else sums[p - 1],
+                   bias, residual, flags, t_lo, t_hi, n_lo, n_hi)
 
 
 def few(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:
@@ -436,13 +588,13 @@ def few_tiles(panels: Any, bt: Any, out: Any, n_lo: int, n_hi: int) -> None:
         raise ValueError("gemm.few_tiles: out's rows must be contiguous")
     n = n_lo
     while n + FEW_WEIGHTS <= n_hi:
-        _few_full(panels, bt, out, 0, n)
+        _few_full(panels, bt, out, NO_BIAS, NO_RESIDUAL, 0, n, 0)
         n += FEW_WEIGHTS
     while n + 4 <= n_hi:
-        _few_4(panels, bt, out, 0, n)
+        _few_4(panels, bt, out, NO_BIAS, NO_RESIDUAL, 0, n, 0)
         n += 4
     while n < n_hi:
-        _few_one(panels, bt, out, 0, n)
+        _few_one(panels, bt, out, NO_BIAS, NO_RESIDUAL, 0, n, 0)
         n += 1
 
 

@@ -33,7 +33,7 @@ from omnitensor.ir.types import TensorType
 
 from .drafts import Array, Draft
 from .kernel_step import Kernel, kernel_draft, once
-from .steps import dot_step, qmatmul_step, reference_step, sum_step, update_step
+from .steps import Epilogue, dot_step, qmatmul_step, reference_step, sum_step, update_step
 
 __all__ = ["LOWERINGS", "Lower", "lower"]
 
@@ -53,12 +53,14 @@ class Lower:
         step: the position its step takes in the plan.
         large: the program holds a value of `LARGE_PROGRAM` elements or more (a model's
             weights): its composites run compiled kernels at every size (`kernel_draft`).
+        epilogue: the adds after a product that its step performs (`plan.epilogues`).
     """
 
     function: Function
     index: int
     step: int
     large: bool = False
+    epilogue: Epilogue | None = None
 
 
 #: How many ops were declared at the last `sync`.
@@ -98,7 +100,7 @@ def _register_primitives() -> None:
 
     @LOWERINGS.register("dot_general", dtypes=table["dot_general"])
     def _dot(ctx: Lower, view: OpView) -> Draft | None:
-        return dot_step(view.inst, ctx.step)
+        return dot_step(view.inst, ctx.step, ctx.epilogue)
 
     @LOWERINGS.register("qmatmul", dtypes=table["qmatmul"])
     def _qmatmul(ctx: Lower, view: OpView) -> Draft | None:

@@ -28,11 +28,12 @@ from omnitensor.ir.opdef import get_op
 from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
-from . import codegen, pool
+from . import codegen, pool, steps
 from .batched import batch_groups
 from .codegen import FusedGroup
 from .drafts import Array, Draft, Owned, Slots, Step, one_element
 from .lowering import Lower, lower
+from .steps import Epilogue
 from .tier import reference_runner
 
 __all__ = ["Plan", "build_plan"]
@@ -292,10 +293,68 @@ _PASS_THROUGH: Final = frozenset({"constant", "broadcast_in_dim"})
 MAX_FUSED = max(1, int(os.environ.get("OMNITENSOR_CPU_MAX_FUSED", "128")))
 
 
-def _groups(function: Function) -> dict[int, FusedGroup]:
+def epilogues(function: Function) -> dict[int, Epilogue]:
+    """The adds after float32 products that the products' steps perform, by product index.
+
+    A product on `gemm`'s tiles (`steps.takes_addends`) whose only reader is an ``add`` of a
+    bias (a (N,) vector broadcast along its rows, read before its broadcast) or of a value
+    of its shape (a residual; or a bias the trace broadcast already, which `gemm` tells by
+    its strides when it runs), and that add's only reader another such add: a linear layer's
+    bias, and the residual connection after it. Their operands must exist when the product
+    runs (made before it, or the function's inputs), and the sums in between be read by
+    nothing else (a training step keeps neither: the backward reads the product's inputs).
+    """
+    producers = {v.id: i for i, inst in enumerate(function.body) for v in inst.results}
+    users: dict[int, list[int]] = {}
+    for idx, inst in enumerate(function.body):
+        for v in inst.operands:
+            users.setdefault(v.id, []).append(idx)
+    outputs = {v.id for v in function.outputs}
+    found: dict[int, Epilogue] = {}
+    for idx, inst in enumerate(function.body):
+        kind = inst.results[0].type
+        if (inst.op != "dot_general" or not isinstance(kind, TensorType)
+                or kind.dtype != float32 or not steps.takes_addends(inst)):
+            continue
+        value = inst.results[0].id
+        addends: list[int] = []
+        absorbed: list[int] = []
+        while len(absorbed) < _MOST_ADDENDS:
+            readers = users.get(value, [])
+            if value in outputs or len(readers) != 1:
+                break
+            add = function.body[readers[0]]
+            if (add.op != "add" or add.results[0].type != kind
+                    or len({v.id for v in add.operands}) != 2):
+                break
+            other = next(v for v in add.operands if v.id != value)
+            made = producers.get(other.id, -1)
+            source = function.body[made] if made >= 0 else None
+            if (source is not None and source.op == "broadcast_in_dim"
+                    and tuple(source.attrs["dims"]) == (len(kind.shape) - 1,)
+                    and source.operands[0].type == TensorType(kind.shape[-1:], float32)
+                    and producers.get(source.operands[0].id, -1) < idx):
+                addends.append(source.operands[0].id)
+            elif other.type == kind and made < idx:
+                addends.append(other.id)
+            else:
+                break
+            absorbed.append(readers[0])
+            value = add.results[0].id
+        if absorbed:
+            found[idx] = Epilogue(value, tuple(addends), tuple(absorbed))
+    return found
+
+
+#: Most adds a product performs (`epilogues`): a bias and a residual.
+_MOST_ADDENDS: Final = 2
+
+
+def _groups(function: Function, absorbed: frozenset[int] = frozenset()) -> dict[int, FusedGroup]:
     """Fused groups keyed by the index of their last instruction in the body.
 
-    A run longer than `MAX_FUSED` instructions is cut into several groups.
+    A run longer than `MAX_FUSED` instructions is cut into several groups; `absorbed`
+    instructions (a product's `epilogues`) are in none.
 
     A group is a run of fusible instructions of one shape, consecutive in program order except
     for constants and broadcasts in between (which do not read the group's values). Running the
@@ -320,7 +379,9 @@ def _groups(function: Function) -> dict[int, FusedGroup]:
 
     for idx, inst in enumerate(function.body):
         result = inst.results[0].type
-        if codegen.can_fuse(inst) and isinstance(result, TensorType):
+        if idx in absorbed:
+            close()
+        elif codegen.can_fuse(inst) and isinstance(result, TensorType):
             if (shape is not None and result.shape != shape) or len(current) >= MAX_FUSED:
                 close()
             shape = result.shape
@@ -376,7 +437,9 @@ def _worth_fusing(insts: list[Instruction]) -> bool:
 
 def build_plan(function: Function) -> Plan:
     """Compile a verified function into a `Plan` (groups, kernels, buffers)."""
-    groups = _groups(function)
+    ends = epilogues(function)
+    absorbed = frozenset(i for e in ends.values() for i in e.absorbed)
+    groups = _groups(function, absorbed)
     grouped = {id(i) for g in groups.values() for i in g.insts}
     values = [*(i.value.type for i in function.inputs),
               *(v.type for inst in function.body for v in inst.results)]
@@ -400,13 +463,15 @@ def build_plan(function: Function) -> Plan:
             ops = "+".join(i.op for i in group.insts)
             drafts[-1].label = f"{drafts[-1].kind}:{ops}{group.shape}"
             continue
-        if id(inst) in grouped:
+        if id(inst) in grouped or idx in absorbed:
             continue
         if inst.op == "constant":
             template[inst.results[0].id] = get_op("constant").reference(**inst.attrs)
             continue
-        draft = lower(Lower(function, idx, len(drafts), large), inst)
-        draft.label = f"{draft.kind}:{inst.op}{_shape_of(inst)}"
+        end = ends.get(idx)
+        draft = lower(Lower(function, idx, len(drafts), large, end), inst)
+        adds = "" if end is None else "+add" * len(end.absorbed)
+        draft.label = f"{draft.kind}:{inst.op}{adds}{_shape_of(inst)}"
         drafts.append(draft)
     drafts = batch_groups(drafts, lambda g: _split_work(g, math.prod(g.shape)))
     drafts = _drop_dead(drafts, {v.id for v in function.outputs})

@@ -29,6 +29,10 @@ __all__ = ["MIN_SPLIT", "parallel_for", "parts", "worker_ranges"]
 #: Units of work (elements, or the caller's own measure) under which a call is not split.
 MIN_SPLIT: Final = 1 << 17
 
+#: `MIN_SPLIT` for numba's OpenMP workers (`worker_ranges`), which spin between regions: a
+#: hand-off there costs a few microseconds, not this pool's ~100.
+MIN_WORKER_SPLIT: Final = 1 << 14
+
 _POOL: list[ThreadPoolExecutor] = []
 _LOCK = threading.Lock()
 
@@ -41,10 +45,14 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOL[0]
 
 
-def parts(n: int, work: int | None = None, grain: int = 1) -> int:
-    """How many ranges `parallel_for` splits ``range(n)`` into (1: run on the caller)."""
+def parts(n: int, work: int | None = None, grain: int = 1, least: int | None = None) -> int:
+    """How many ranges `parallel_for` splits ``range(n)`` into (1: run on the caller).
+
+    `least`: the fewest units of work that split (default `MIN_SPLIT`).
+    """
     count = min(threads.count(), max(1, n // max(grain, 1)))
-    return 1 if count <= 1 or (n if work is None else work) < MIN_SPLIT else count
+    least = MIN_SPLIT if least is None else least
+    return 1 if count <= 1 or (n if work is None else work) < least else count
 
 
 def worker_ranges(n: int, work: int | None = None, grain: int = 1) -> tuple[int, int] | None:
@@ -57,8 +65,10 @@ def worker_ranges(n: int, work: int | None = None, grain: int = 1) -> tuple[int,
     ``step`` iterations (a multiple of `grain`) on the workers; None where the call runs on
     one thread, or on this pool (`parallel_for`).
     """
-    count = parts(n, work, grain)
-    if count <= 1 or not threads.wide_products():
+    if not threads.wide_products():
+        return None
+    count = parts(n, work, grain, MIN_WORKER_SPLIT)
+    if count <= 1:
         return None
     step = -(-n // count)
     return count, -(-step // grain) * grain

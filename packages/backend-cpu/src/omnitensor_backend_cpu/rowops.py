@@ -19,7 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from . import pool
-from ._compat import jit
+from ._compat import jit, prange
 from .mathlib import softmax_weight32f
 from .prepared import nothing
 
@@ -220,6 +220,18 @@ def _norm32(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: flo
                 dst[j] = (row[j] - mean) * scale
 
 
+@jit(parallel=True)
+def _norm32_parts(parts: int, step: int, x: Any, w: Any, b: Any, out: Any, centre: bool,
+                  flags: int, eps: float) -> None:
+    # `_norm32` on `parts` blocks of `step` rows, on numba's OpenMP workers (see
+    # `pool.worker_ranges`)
+    n = x.shape[0]
+    for p in prange(parts):
+        lo = min(n, p * step)
+        hi = min(n, lo + step)
+        _norm32(x[lo:hi], w, b, out[lo:hi], centre, flags, eps)
+
+
 @jit()
 def _norm64(x: Any, w: Any, b: Any, out: Any, centre: bool, flags: int, eps: float) -> None:
     cols = x.shape[1]
@@ -306,6 +318,10 @@ def prepare_norm(x: Array, weight: Array | None, bias: Array | None, out: Array,
     b = vector_of(bias, x.dtype, cols) if bias is not None else xs[0]
     kernel = _norm32 if x.dtype == np.float32 else _norm64
     work = xs.size // _NORM_ELEMENTS_PER_UNIT
+    ranges = pool.worker_ranges(xs.shape[0], work) if x.dtype == np.float32 else None
+    if ranges is not None:
+        return functools.partial(_norm32_parts, *ranges, xs, w, b, dst, centre, flags,
+                                 eps), reusable
     if work < pool.MIN_SPLIT:  # (a decode step's (1, 896): no split)
         return functools.partial(kernel, xs, w, b, dst, centre, flags, eps), reusable
     return functools.partial(pool.parallel_for, xs.shape[0], lambda lo, hi: kernel(

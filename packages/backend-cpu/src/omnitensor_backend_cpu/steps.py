@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -22,7 +23,8 @@ from . import codegen, threads, tier
 from .drafts import Array, Draft, Owned, Slots, Step
 from .prepared import Kept
 
-__all__ = ["dot_step", "qmatmul_step", "reference_step", "sum_step", "update_step"]
+__all__ = ["Epilogue", "dot_step", "qmatmul_step", "reference_step", "sum_step", "takes_addends",
+           "update_step"]
 
 #: Most activation rows (M) for which `x @ W.T` runs as row dot products instead of BLAS, and
 #: the fewest weight elements for which that pays for loading numba (below, numpy's matmul, a
@@ -257,8 +259,39 @@ def reference_step(inst: Instruction, index: int = -1) -> Draft:
     return Draft(reads, writes, make)
 
 
-def dot_step(inst: Instruction, index: int) -> Draft | None:
-    """`dot_general` on float32/float64 as one BLAS call (batched by numpy's matmul)."""
+@dataclass(frozen=True)
+class Epilogue:
+    """Adds after a product that its step performs as it stores (`gemm.gemm`'s addends).
+
+    Attributes:
+        result: the value the step writes (the last add's result) instead of the product.
+        addends: what the adds add, in order: values of the product's shape, or (N,) values
+            added along its rows (a linear layer's bias, before its broadcast).
+        absorbed: the body indices of the adds the step performs.
+    """
+
+    result: int
+    addends: tuple[int, ...]
+    absorbed: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Product:
+    """How `dot_step` runs a `dot_general`: its sizes, layouts and kernel."""
+
+    b: int
+    m: int
+    n: int
+    k: int
+    lperm: tuple[int, ...]
+    rperm: tuple[int, ...]
+    batch: tuple[int, ...]
+    matvec: bool
+    own: bool
+    free_rhs: int
+
+
+def _product(inst: Instruction) -> _Product | None:
     lhs_t, rhs_t, out_t = (v.type for v in (*inst.operands, inst.results[0]))
     assert isinstance(lhs_t, TensorType) and isinstance(rhs_t, TensorType)
     assert isinstance(out_t, TensorType)
@@ -273,16 +306,11 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
     n = math.prod(rhs_t.shape[d] for d in rf)
     k = math.prod(lhs_t.shape[d] for d in lc)
     lperm, rperm = lb + lf + lc, rb + rc + rf
+    lid = lperm == tuple(range(lhs_t.ndim))
     # NOTE: batch dims stay apart (numpy's matmul broadcasts over any number): merged, the
     # heads of a (B, T, H, D) tensor viewed as (B, H, T, D) were copied first (a training
     # step's q @ k.T in its attention backward: 270 against 56 us with the dims apart)
     batch = tuple(lhs_t.shape[d] for d in lb) if b > 1 else ()
-    lshape, rshape, oshape = (*batch, m, k), (*batch, k, n), (*batch, m, n)
-    lhs, rhs = inst.operands[0].id, inst.operands[1].id
-    out = inst.results[0].id
-    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
-    lid = lperm == tuple(range(lhs_t.ndim))
-    rid = rperm == tuple(range(rhs_t.ndim))
     flops = 2.0 * b * m * n * k
 
     # x @ W.T with W (N, K) as stored and a few rows of x: row dot products (see quant.gemv).
@@ -305,6 +333,41 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
     # (`threads.wide_products`; `gemm` is imported only for such sizes: it loads numba)
     own = (not matvec and b == 1 and lhs_t.dtype == float32 and rhs_t.dtype == float32
            and m * n * k >= _GEMM_MIN_WORK and threads.wide_products())
+    return _Product(b, m, n, k, lperm, rperm, batch, matvec, own, len(rf))
+
+
+def takes_addends(inst: Instruction) -> bool:
+    """Whether `dot_step` runs this product where an `Epilogue`'s adds can be performed.
+
+    On `gemm`'s tiles, with its result's last axis as the tiles' columns.
+    """
+    product = _product(inst)
+    return product is not None and product.own and product.free_rhs == 1
+
+
+def dot_step(inst: Instruction, index: int, epilogue: Epilogue | None = None) -> Draft | None:
+    """`dot_general` on float32/float64 as one BLAS call (batched by numpy's matmul).
+
+    With an `epilogue` (only where `takes_addends`), the step writes the adds' result.
+    """
+    product = _product(inst)
+    if product is None:
+        return None
+    assert epilogue is None or (product.own and product.free_rhs == 1)
+    lhs_t, rhs_t, out_t = (v.type for v in (*inst.operands, inst.results[0]))
+    assert isinstance(lhs_t, TensorType) and isinstance(rhs_t, TensorType)
+    assert isinstance(out_t, TensorType)
+    b, m, n, k = product.b, product.m, product.n, product.k
+    lperm, rperm, batch = product.lperm, product.rperm, product.batch
+    matvec, own = product.matvec, product.own
+    lshape, rshape, oshape = (*batch, m, k), (*batch, k, n), (*batch, m, n)
+    lhs, rhs = inst.operands[0].id, inst.operands[1].id
+    out = inst.results[0].id if epilogue is None else epilogue.result
+    owned = [Owned(out, out_t.shape, out_t.dtype.np, index)]
+    lid = lperm == tuple(range(lhs_t.ndim))
+    rid = rperm == tuple(range(rhs_t.ndim))
+    flops = 2.0 * b * m * n * k
+    addends = () if epilogue is None else epilogue.addends
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
@@ -336,7 +399,11 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
                 a = slots[lhs] if lid else slots[lhs].transpose(lperm)
                 c = slots[rhs] if rid else slots[rhs].transpose(rperm)
                 result = get(slots)
-                gemm.gemm(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n))
+                # (a (N,) bias as it is; a value of out's shape as (M, N): a bias broadcast
+                # from a (N,) input keeps its zero row stride, and is read as a bias)
+                extra = [x if x.ndim == 1 else x.reshape(m, n)
+                         for x in (slots[v] for v in addends)]
+                gemm.gemm(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n), extra)
                 slots[out] = result
 
             return gemm_step
@@ -353,7 +420,7 @@ def dot_step(inst: Instruction, index: int) -> Draft | None:
 
         return step
 
-    return Draft([lhs, rhs], [out], make, owned, "gemm" if own else "blas")
+    return Draft([lhs, rhs, *addends], [out], make, owned, "gemm" if own else "blas")
 
 
 #: Fewest input elements for which a float sum over leading or trailing axes runs as a product
