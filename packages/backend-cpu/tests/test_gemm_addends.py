@@ -177,3 +177,71 @@ def test_a_bias_broadcast_before_the_trace_is_read_as_a_bias() -> None:
     assert flags == gemm.EPILOGUE_BIAS | gemm.EPILOGUE_RESIDUAL | gemm.EPILOGUE_RESIDUAL_FIRST
     assert got_bias.shape == (7,) and np.shares_memory(got_bias, bias)
     assert np.shares_memory(got_residual, residual) and not later
+
+
+def _activated(values: np.ndarray, activation: str) -> np.ndarray:
+    out = np.ascontiguousarray(values, np.float32)
+    gemm.activate(out, 0, out.shape[0], 0, out.shape[1], gemm.ACTIVATIONS[activation])
+    return out
+
+
+@pytest.mark.parametrize("activation", sorted(gemm.ACTIVATIONS))
+@pytest.mark.parametrize(("m", "which", "split"), [
+    (33, "b", 1),  # the last block's rows end inside a panel
+    (200, "br", 2),  # by rows: each thread its blocks
+    (40, "rb", 2),  # by columns: each thread its columns of every block
+    (70, "rr", 1),  # a second residual: added after the tiles, the activation after it
+])
+def test_an_activation_follows_every_add(monkeypatch: pytest.MonkeyPatch, activation: str,
+                                         m: int, which: str, split: int) -> None:
+    monkeypatch.setattr(pool, "parts", lambda *a, **kw: split)
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 40), dtype=np.float32)
+    bt = rng.standard_normal((29, 40), dtype=np.float32) * np.float32(0.5)
+    addends = _addends(which, m, 29, rng)
+    plain = np.empty((m, 29), np.float32)
+    gemm.gemm(a, bt, plain)
+    out = np.full((m, 29), np.nan, np.float32)
+    gemm.gemm(a, bt, out, addends, activation)
+    np.testing.assert_array_equal(out, _activated(_adds(plain, addends), activation))
+
+
+def test_an_activation_follows_partial_sums() -> None:
+    """A transposed a splits the sum over threads: the activation after the partial sums."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((400, 130), dtype=np.float32).T
+    bt = rng.standard_normal((61, 400), dtype=np.float32)
+    bias = rng.standard_normal(61, dtype=np.float32)
+    plain = np.empty((130, 61), np.float32)
+    gemm.gemm(a, bt, plain)
+    out = np.empty((130, 61), np.float32)
+    gemm.gemm(a, bt, out, [bias], "gelu")
+    np.testing.assert_allclose(out, _activated(plain + bias, "gelu"), rtol=1e-5, atol=1e-4)
+
+
+def _feed_forward(approximate: str, *, keep_pre_activation: bool = False) -> Function:
+    b = Builder()
+    x = b.input(TensorType((_M, _K), float32))
+    w = b.input(TensorType((_N, _K), float32))
+    bias = b.input(TensorType((_N,), float32))
+    pre = b.emit("add", b.emit("dot_general", x, w, contracting=((1,), (1,))),
+                 b.emit("broadcast_in_dim", bias, shape=(_M, _N), dims=(1,)))
+    out = b.emit("gelu", pre, approximate=approximate)
+    return b.build([out, pre] if keep_pre_activation else [out])
+
+
+@pytest.mark.usefixtures("wide")
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_product_applies_the_gelu_after_its_bias(backend: CpuBackend, approximate: str,
+                                                   keep: bool) -> None:
+    fn = _feed_forward(approximate, keep_pre_activation=keep)
+    exe = backend.compile(fn)
+    # (a pre-activation the program keeps, as a training step does: the gelu stays apart)
+    want = "gemm:dot_general+add" if keep else "gemm:dot_general+add+gelu"
+    assert exe.plan.labels[0] == f"{want}({_M}, {_N})"
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal(v.value.type.shape, dtype=np.float32) * np.float32(0.2)
+          for v in fn.inputs]
+    for got, want_out in zip(backend.run(exe, xs), evaluate(fn, xs), strict=True):
+        np.testing.assert_allclose(got, want_out, rtol=1e-4, atol=1e-4)

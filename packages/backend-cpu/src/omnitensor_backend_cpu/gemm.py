@@ -35,10 +35,12 @@ from numba.extending import intrinsic as _intrinsic
 from . import pool, threads
 from ._compat import jit, prange
 from .irblocks import fmuladd, intrinsic_args, load_vector, splat
+from .mathlib import gelu_erf32f, gelu_tanh32f, silu32f
 
-__all__ = ["EPILOGUE_BIAS", "EPILOGUE_RESIDUAL", "EPILOGUE_RESIDUAL_FIRST", "FEW_ROWS",
-           "MIN_WORK", "NO_BIAS", "NO_RESIDUAL", "SPAN", "column_share", "few", "few_tiles",
-           "gemm", "multiply_tile", "pack", "pack_rows", "suits", "tile_rows", "tiles",
+__all__ = ["ACTIVATIONS", "EPILOGUE_BIAS", "EPILOGUE_RESIDUAL",
+           "EPILOGUE_RESIDUAL_FIRST", "FEW_ROWS", "MIN_WORK", "NO_BIAS", "NO_RESIDUAL",
+           "SPAN", "activate", "column_share", "few", "few_tiles", "gemm",
+           "multiply_tile", "pack", "pack_rows", "suits", "tile_rows", "tiles",
            "tiles_onto"]
 
 # NOTE: numba's typing helpers are untyped; used through Any (see `_compat`).
@@ -130,9 +132,10 @@ class _Addends:
     """What a tile adds to its results before storing them (`EPILOGUE_BIAS` and the rest).
 
     The bias is read once per tile, as one vector of the tile's columns (zero past them); the
-    residual row by row, beside each stored piece. Each addition is a branch on the flags
-    around the store (taken the same way by every tile of a call): a product without them
-    stores its sums untouched (an added 0 would turn -0.0 into 0.0).
+    residual row by row, beside each stored piece (a row of zeros is read where there is
+    none, or past out's last row: no branch per row). Each addition is selected by the flags,
+    so a product without addends stores its sums untouched (an added 0 would turn -0.0 into
+    0.0).
     """
 
     def __init__(self, builder: Any, bias_arr: Any, r_arr: Any, flags: Any, n0: Any,
@@ -383,13 +386,16 @@ def tiles(panels: Any, bt: Any, out: Any, t_lo: int, t_hi: int, n_lo: int,
 
     `tiles_onto` without addends.
     """
-    tiles_onto(panels, bt, out, NO_BIAS, NO_RESIDUAL, 0, t_lo, t_hi, n_lo, n_hi)
+    tiles_onto(panels, bt, out, NO_BIAS, NO_RESIDUAL, 0, 0, t_lo, t_hi, n_lo, n_hi)
 
 
 @jit()
 def tiles_onto(panels: Any, bt: Any, out: Any, bias: Any, residual: Any, flags: int,
-               t_lo: int, t_hi: int, n_lo: int, n_hi: int) -> None:
-    """`tiles`, each result stored with a bias and a residual added (`EPILOGUE_BIAS`...).
+               activation: int, t_lo: int, t_hi: int, n_lo: int, n_hi: int) -> None:
+    """`tiles`, the results stored with addends (`EPILOGUE_BIAS`...), then activated.
+
+    The `activation` (an `ACTIVATIONS` code, 0 none) runs on each block's rows right after
+    the block's tiles, while they are in this core's cache.
 
     A block of `BLOCK_TILES` panels at a time: each weight strip is read once per block.
     out's elements (and the residual's) must be contiguous along its rows (unit column
@@ -413,6 +419,30 @@ def tiles_onto(panels: Any, bt: Any, out: Any, bias: Any, residual: Any, flags: 
             for t in range(block, end):
                 _tile_one(panels, bt, out, bias, residual, t, n, flags)
             n += 1
+        if activation:
+            activate(out, block * panels.shape[1], min(out.shape[0], end * panels.shape[1]),
+                     n_lo, n_hi, activation)
+
+
+#: `gemm`'s activations after the addends, by name: the composites' float32 forms in
+#: `mathlib`, as the fused kernels compute them (the same bits).
+ACTIVATIONS: Final = {"gelu": 1, "gelu_tanh": 2, "silu": 3}
+
+
+@jit()
+def activate(out: Any, r_lo: int, r_hi: int, n_lo: int, n_hi: int, activation: int) -> None:
+    """``out[r_lo:r_hi, n_lo:n_hi] = f(...)`` in place, f by its `ACTIVATIONS` code."""
+    for i in range(r_lo, r_hi):
+        row = out[i, n_lo:n_hi]
+        if activation == 1:
+            for j in range(row.shape[0]):
+                row[j] = gelu_erf32f(row[j])
+        elif activation == 2:
+            for j in range(row.shape[0]):
+                row[j] = gelu_tanh32f(row[j])
+        else:
+            for j in range(row.shape[0]):
+                row[j] = silu32f(row[j])
 
 
 #: Fewest multiply-adds (M * N * K) for which a product runs here: below, numpy's matmul on
@@ -436,13 +466,15 @@ def pack(a: np.ndarray) -> np.ndarray:
 
 
 def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
-         addends: Sequence[np.ndarray] = ()) -> None:
+         addends: Sequence[np.ndarray] = (), activation: str | None = None) -> None:
     """``out = a @ bt.T``: a (M, K), bt (N, K), out (M, N), float32, any strides.
 
     Then ``out += addend`` for each of `addends` in order: a bias (N,), or a residual (M, N)
     (one whose rows repeat, row stride 0, is a bias too). A bias and a residual, in either
     order, are added as each tile is stored: a linear layer's bias and the residual
     connection after it cost no pass over out of their own; any others are added after.
+    Then `activation` (a key of `ACTIVATIONS`), each block of rows as soon as its tiles are
+    stored, in cache (a feed-forward's GELU: no pass over out from memory).
     """
     (m_rows, k_count), n = a.shape, bt.shape[0]
     if (bt.shape[1] != k_count or out.shape != (m_rows, n)
@@ -452,18 +484,24 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
                          f"(addends {[x.shape for x in addends]}): shapes do not match")
     if out.strides[1] != out.itemsize and n > 1:  # the tiles store rows as vectors
         dense = np.empty(out.shape, np.float32)
-        gemm(a, bt, dense, addends)
+        gemm(a, bt, dense, addends, activation)
         out[...] = dense
         return
     flags, bias, residual, later = _epilogue(addends)
+    act = 0 if activation is None else ACTIVATIONS[activation]
+    # (the activation comes after every add: where some are left for after the tiles, or the
+    # tiles add up partial sums, after them)
+    inside = 0 if later else act
     count = -(-m_rows // SPAN)
     parts = pool.parts(n, m_rows * n * k_count, grain=WEIGHTS)
     if parts <= 1:
         panels = np.empty((count * k_count, SPAN), np.float32)
         pack_rows(a, panels, 0, count)
-        tiles_onto(panels, bt, out, bias, residual, flags, 0, count, 0, n)
+        tiles_onto(panels, bt, out, bias, residual, flags, inside, 0, count, 0, n)
         for addend in later:
             np.add(out, addend, out=out)
+        if act and not inside:
+            activate(out, 0, m_rows, 0, n, act)
         return
     # a transposed (a weight gradient dY.T @ X): the sum over tokens splits, each thread
     # reading the rows of dY and X it wrote (see `_split`)
@@ -475,11 +513,15 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
     if by == _BY_COLUMNS:  # few panels: packed here (small), then the columns split
         pack_rows(a, panels, 0, count)
     # (split over the sum's terms, the addends come after the partial sums)
-    _split(a, bt, out, panels, sums, parts, by, bias, residual, 0 if by == _BY_TOKENS else flags)
+    tokens = by == _BY_TOKENS
+    _split(a, bt, out, panels, sums, parts, by, bias, residual, 0 if tokens else flags,
+           0 if tokens else inside)
     for partial in sums:
         np.add(out, partial, out=out)
-    for addend in (addends if by == _BY_TOKENS else later):
+    for addend in (addends if tokens else later):
         np.add(out, addend, out=out)
+    if act and (tokens or not inside):
+        activate(out, 0, m_rows, 0, n, act)
 
 
 def _epilogue(addends: Sequence[np.ndarray]) -> tuple[int, np.ndarray, np.ndarray,
@@ -530,7 +572,7 @@ _MIN_TOKENS: Final = 64
 # for `tiles`, on a cold cache, against 0.9 s alone).
 @jit(parallel=True)
 def _split(a: Any, bt: Any, out: Any, panels: Any, sums: Any, parts: int, by: int,
-           bias: Any, residual: Any, flags: int) -> None:
+           bias: Any, residual: Any, flags: int, activation: int) -> None:
     n, k_count = bt.shape
     count = -(-a.shape[0] // SPAN)
     for p in prange(parts):
@@ -556,7 +598,7 @@ def _split(a: Any, bt: Any, out: Any, panels: Any, sums: Any, parts: int, by: in
         if by != _BY_COLUMNS:
             pack_rows(a[:, k_lo:k_hi], mine, t_lo, t_hi)
         tiles_onto(mine, bt[:, k_lo:k_hi], out if p == 0 or by != _BY_TOKENS else sums[p - 1],
-                   bias, residual, flags, t_lo, t_hi, n_lo, n_hi)
+                   bias, residual, flags, activation, t_lo, t_hi, n_lo, n_hi)
 
 
 def few(a: np.ndarray, bt: np.ndarray, out: np.ndarray) -> None:

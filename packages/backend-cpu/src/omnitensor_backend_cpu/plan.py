@@ -303,6 +303,8 @@ def epilogues(function: Function) -> dict[int, Epilogue]:
     bias, and the residual connection after it. Their operands must exist when the product
     runs (made before it, or the function's inputs), and the sums in between be read by
     nothing else (a training step keeps neither: the backward reads the product's inputs).
+    Then a GELU or SiLU whose only operand is the result, where nothing else reads that (an
+    inference feed-forward; a training step keeps the pre-activation for its backward).
     """
     producers = {v.id: i for i, inst in enumerate(function.body) for v in inst.results}
     users: dict[int, list[int]] = {}
@@ -341,9 +343,23 @@ def epilogues(function: Function) -> dict[int, Epilogue]:
                 break
             absorbed.append(readers[0])
             value = add.results[0].id
+        activation = None
+        readers = users.get(value, [])
+        if value not in outputs and len(readers) == 1:
+            after = function.body[readers[0]]
+            if after.results[0].type == kind and after.op in _ACTIVATIONS:
+                activation = _ACTIVATIONS[after.op]
+                if after.op == "gelu" and after.attrs.get("approximate") == "tanh":
+                    activation = "gelu_tanh"
+                absorbed.append(readers[0])
+                value = after.results[0].id
         if absorbed:
-            found[idx] = Epilogue(value, tuple(addends), tuple(absorbed))
+            found[idx] = Epilogue(value, tuple(addends), tuple(absorbed), activation)
     return found
+
+
+#: Activations a product applies after its adds (`epilogues`), by op: `gemm.ACTIVATIONS`.
+_ACTIVATIONS: Final = {"gelu": "gelu", "silu": "silu"}
 
 
 #: Most adds a product performs (`epilogues`): a bias and a residual.
@@ -470,7 +486,8 @@ def build_plan(function: Function) -> Plan:
             continue
         end = ends.get(idx)
         draft = lower(Lower(function, idx, len(drafts), large, end), inst)
-        adds = "" if end is None else "+add" * len(end.absorbed)
+        adds = "" if end is None else "".join(
+            f"+{function.body[i].op}" for i in end.absorbed)
         draft.label = f"{draft.kind}:{inst.op}{adds}{_shape_of(inst)}"
         drafts.append(draft)
     drafts = batch_groups(drafts, lambda g: _split_work(g, math.prod(g.shape)))

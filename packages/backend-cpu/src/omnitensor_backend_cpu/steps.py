@@ -261,18 +261,20 @@ def reference_step(inst: Instruction, index: int = -1) -> Draft:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """Adds after a product that its step performs as it stores (`gemm.gemm`'s addends).
+    """Adds and an activation after a product, performed by its step (`gemm.gemm`'s).
 
     Attributes:
         result: the value the step writes (the last add's result) instead of the product.
         addends: what the adds add, in order: values of the product's shape, or (N,) values
             added along its rows (a linear layer's bias, before its broadcast).
-        absorbed: the body indices of the adds the step performs.
+        absorbed: the body indices of the instructions the step performs.
+        activation: a key of `gemm.ACTIVATIONS` applied after the adds, or None.
     """
 
     result: int
     addends: tuple[int, ...]
     absorbed: tuple[int, ...]
+    activation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -368,6 +370,7 @@ def dot_step(inst: Instruction, index: int, epilogue: Epilogue | None = None) ->
     rid = rperm == tuple(range(rhs_t.ndim))
     flops = 2.0 * b * m * n * k
     addends = () if epilogue is None else epilogue.addends
+    activation = None if epilogue is None else epilogue.activation
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
         get = getters[out]
@@ -403,7 +406,8 @@ def dot_step(inst: Instruction, index: int, epilogue: Epilogue | None = None) ->
                 # from a (N,) input keeps its zero row stride, and is read as a bias)
                 extra = [x if x.ndim == 1 else x.reshape(m, n)
                          for x in (slots[v] for v in addends)]
-                gemm.gemm(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n), extra)
+                gemm.gemm(a.reshape(m, k), c.reshape(k, n).T, result.reshape(m, n), extra,
+                          activation)
                 slots[out] = result
 
             return gemm_step
