@@ -110,11 +110,16 @@ def _tile(weights: int, vectors: int = VECTORS) -> Any:
                         acc = accs[v][r]
                         builder.store(fmuladd(builder, xs[v], b, builder.load(acc)), acc)
             m0 = builder.mul(t0, ir.Constant(_I64, span))
-            addends = _Addends(builder, bias_arr, r_arr, flags, n0, weights)
-            if weights < 4:
-                _store_lanes(builder, o_arr, accs, m0, n0, addends)
-            else:
-                _store_rows(builder, o_arr, accs, m0, n0, addends)
+            store = _store_lanes if weights < 4 else _store_rows
+            # (two copies of the stores: the one without addends as before them, since the
+            # selects and loads of the other cost 5-10 % of a product with K = 128)
+            plain = builder.icmp_signed("==", flags, ir.Constant(_I64, 0))
+            with builder.if_else(plain) as (without, with_addends):
+                with without:
+                    store(builder, o_arr, accs, m0, n0, None)
+                with with_addends:
+                    store(builder, o_arr, accs, m0, n0,
+                          _Addends(builder, bias_arr, r_arr, flags, n0, weights))
 
         return sig, codegen
 
@@ -200,7 +205,7 @@ class _Addends:
 
 
 def _store_lanes(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any,
-                 addends: _Addends) -> None:
+                 addends: _Addends | None) -> None:
     # Lane i of accs[v][r] is out[m0 + LANES * v + i, n0 + r], stored one by one (the tiles
     # of fewer than 4 weight rows); rows past the end of `out` go to a scratch row instead: a
     # select, not a branch per lane.
@@ -216,10 +221,11 @@ def _store_lanes(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any,
             i = builder.add(m0, ir.Constant(_I64, LANES * v + lane))
             inside = builder.icmp_signed("<", i, height)
             row = builder.add(base, builder.mul(i, o_rows))
-            row_at = addends.row(i, inside)
+            row_at = None if addends is None else addends.row(i, inside)
             for r in range(weights):
-                value = addends.added(builder.extract_element(
-                    sums[r], ir.Constant(ir.IntType(32), lane)), r, row_at)
+                value = builder.extract_element(sums[r], ir.Constant(ir.IntType(32), lane))
+                if addends is not None:
+                    value = addends.added(value, r, row_at)
                 col = builder.add(row, builder.mul(builder.add(n0, ir.Constant(_I64, r)),
                                                    o_cols))
                 spare = builder.add(scratch_at, ir.Constant(_I64, 4 * r))
@@ -250,7 +256,7 @@ def _transposed(builder: Any, vectors: list[Any]) -> list[Any]:
 
 
 def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any,
-                addends: _Addends) -> None:
+                addends: _Addends | None) -> None:
     # out's rows are contiguous along n (checked by `tiles`): transpose each vector's 16 rows
     # x `weights` columns in registers and store each row's `weights` floats as vectors of 8
     # and 4 (a 12-wide tile's stores went from 384 lane extracts and scalar stores to 96
@@ -276,12 +282,14 @@ def _store_rows(builder: Any, o_arr: Any, accs: Any, m0: Any, n0: Any,
             inside = builder.icmp_signed("<", i, height)
             address = builder.select(inside, builder.add(base, builder.mul(i, o_rows)),
                                      scratch)
-            row_at = addends.row(i, inside)
+            row_at = None if addends is None else addends.row(i, inside)
             for start, size in pieces:
-                piece = addends.added(builder.shuffle_vector(
+                piece = builder.shuffle_vector(
                     row_values, row_values,
                     ir.Constant(ir.VectorType(ir.IntType(32), size),
-                                list(range(start, start + size)))), start, row_at)
+                                list(range(start, start + size))))
+                if addends is not None:
+                    piece = addends.added(piece, start, row_at)
                 ptr = builder.inttoptr(builder.add(address, ir.Constant(_I64, 4 * start)),
                                        ir.VectorType(_F32, size).as_pointer())
                 builder.store(piece, ptr, align=4)
@@ -478,7 +486,7 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
     """
     (m_rows, k_count), n = a.shape, bt.shape[0]
     if (bt.shape[1] != k_count or out.shape != (m_rows, n)
-            or any(x.shape not in ((n,), (m_rows, n)) for x in addends)):
+            or (addends and any(x.shape not in ((n,), (m_rows, n)) for x in addends))):
         # the compiled kernels index without bounds checks: a wrong buffer would be overrun
         raise ValueError(f"gemm of a {a.shape} by bt {bt.shape}.T into out {out.shape} "
                          f"(addends {[x.shape for x in addends]}): shapes do not match")
@@ -487,7 +495,7 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
         gemm(a, bt, dense, addends, activation)
         out[...] = dense
         return
-    flags, bias, residual, later = _epilogue(addends)
+    flags, bias, residual, later = _epilogue(addends) if addends else _NONE
     act = 0 if activation is None else ACTIVATIONS[activation]
     # (the activation comes after every add: where some are left for after the tiles, or the
     # tiles add up partial sums, after them)
@@ -522,6 +530,10 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
         np.add(out, addend, out=out)
     if act and (tokens or not inside):
         activate(out, 0, m_rows, 0, n, act)
+
+
+#: `_epilogue` of no addends.
+_NONE: Final = (0, NO_BIAS, NO_RESIDUAL, ())
 
 
 def _epilogue(addends: Sequence[np.ndarray]) -> tuple[int, np.ndarray, np.ndarray,
