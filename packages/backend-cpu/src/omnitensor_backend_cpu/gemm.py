@@ -138,9 +138,9 @@ class _Addends:
 
     The bias is read once per tile, as one vector of the tile's columns (zero past them); the
     residual row by row, beside each stored piece (a row of zeros is read where there is
-    none, or past out's last row: no branch per row). Each addition is selected by the flags,
-    so a product without addends stores its sums untouched (an added 0 would turn -0.0 into
-    0.0).
+    none, or past out's last row: no branch per row). Each addition is selected by the flags
+    (an added 0 would turn -0.0 into 0.0); a product with no addends at all takes the plain
+    stores instead (see `_tile`).
     """
 
     def __init__(self, builder: Any, bias_arr: Any, r_arr: Any, flags: Any, n0: Any,
