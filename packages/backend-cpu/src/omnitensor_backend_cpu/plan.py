@@ -348,9 +348,8 @@ def epilogues(function: Function) -> dict[int, Epilogue]:
         if value not in outputs and len(readers) == 1:
             after = function.body[readers[0]]
             if after.results[0].type == kind and after.op in _ACTIVATIONS:
-                activation = _ACTIVATIONS[after.op]
-                if after.op == "gelu" and after.attrs.get("approximate") == "tanh":
-                    activation = "gelu_tanh"
+                tanh = after.attrs.get("approximate") == "tanh"
+                activation = "gelu_tanh" if tanh else after.op
                 absorbed.append(readers[0])
                 value = after.results[0].id
         if absorbed:
@@ -358,8 +357,9 @@ def epilogues(function: Function) -> dict[int, Epilogue]:
     return found
 
 
-#: Activations a product applies after its adds (`epilogues`), by op: `gemm.ACTIVATIONS`.
-_ACTIVATIONS: Final = {"gelu": "gelu", "silu": "silu"}
+#: Activation ops a product applies after its adds (`epilogues`; named as in
+#: `gemm.ACTIVATIONS`, the tanh GELU as ``gelu_tanh``).
+_ACTIVATIONS: Final = frozenset({"gelu", "silu"})
 
 
 #: Most adds a product performs (`epilogues`): a bias and a residual.
