@@ -15,9 +15,9 @@ about 23 tokens each (drawn from a word list, seed 1) are embedded in batches of
 
 Systems alternate round by round; medians are printed (what counts on a shared machine) with
 sentences/s and the ratio to transformers, and every system's embeddings are checked against
-transformers' (max abs difference). omnitensor pads a batch to a length bucket (a multiple of a
-quarter of the enclosing power of two: 21-25 tokens run as 24 or 28); the torch systems pad to
-the longest sentence of the batch.
+transformers' (max abs difference). omnitensor pads a batch to a length bucket
+(`encoder_bucket`: 21-25 tokens run as 22, 24 or 26); the torch systems pad to the longest
+sentence of the batch.
 
     python benchmarks/encoder.py [--backends cpu[,ref]] [--rounds 5] [--small]
 """

@@ -273,3 +273,19 @@ def test_unsupported_module_is_an_error(tmp_path: Path) -> None:
     path = _write(tmp_path / "m", extra_module="sentence_transformers.models.Dense")
     with pytest.raises(FormatError, match="Dense"):
         load_model(path)
+
+
+def test_encoder_buckets_pad_short_texts_tightly_and_long_ones_coarsely() -> None:
+    from omnitensor.models.compiled import encoder_bucket
+
+    assert [encoder_bucket(n) for n in (1, 8, 9, 16)] == [8, 8, 9, 16]  # every length to 16
+    assert [encoder_bucket(n) for n in (21, 22, 23, 25, 33, 63)] == [22, 22, 24, 26, 36, 64]
+    assert [encoder_bucket(n) for n in (65, 97, 129, 257, 513)] == [80, 112, 160, 320, 640]
+    lengths = range(1, 2049)
+    buckets = [encoder_bucket(n) for n in lengths]
+    assert all(b >= n and encoder_bucket(b) == b for n, b in zip(lengths, buckets, strict=True))
+    assert buckets == sorted(buckets)
+    # padding: under an eighth of the work up to 64 tokens, under a quarter above
+    assert all(b - n < n / (8 if b <= 64 else 4) for n, b in zip(lengths, buckets, strict=True)
+               if n > 16)
+    assert len(set(buckets[:512])) <= 40  # plans a corpus of texts up to 512 tokens builds
