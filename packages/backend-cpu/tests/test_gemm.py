@@ -202,14 +202,18 @@ def test_attention_products_on_the_wide_tiles_match_the_blas_path(
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
 
 
-# up to a 16-row panel; N around `few`'s 16-row tiles (then 4, 1)
+# up to a 16-row panel; N around `few`'s 16-row tiles (then 4, 1); K around the full tiles'
+# passes of 16 (each prefetching the next tile's line)
 @pytest.mark.parametrize("m", [1, 8, 9, 16])
 @pytest.mark.parametrize("n", [1, 5, 16, 21, 40])
-@pytest.mark.parametrize("k", [1, 17, 64])
-def test_few_rows_match_a_float64_product(m: int, n: int, k: int) -> None:
+@pytest.mark.parametrize("k", [1, 15, 17, 64])
+@pytest.mark.parametrize("stored", [False, True])
+def test_few_rows_match_a_float64_product(m: int, n: int, k: int, stored: bool) -> None:
     rng = np.random.default_rng(m * 100 + n * 10 + k)
     a = rng.standard_normal((m, k), dtype=np.float32)
-    bt = rng.standard_normal((k, n), dtype=np.float32).T  # a transposed view: strided reads
+    # a weight as stored (rows contiguous), or a transposed view (strided reads)
+    bt = (rng.standard_normal((n, k), dtype=np.float32) if stored
+          else rng.standard_normal((k, n), dtype=np.float32).T)
     out = np.full((m, n), np.nan, np.float32)
     gemm.few(a, bt, out)
     np.testing.assert_allclose(out, _want(a, bt), rtol=1e-5, atol=1e-5)
