@@ -11,6 +11,7 @@ import pytest
 from omnitensor.backend.host import HostArrayBackend
 from omnitensor.backend.host_memory import (
     ALIGNMENT,
+    MAPPED_BYTES,
     aligned_empty,
     immutable,
     is_aligned,
@@ -23,8 +24,12 @@ from omnitensor.io.mapped import map_file
 
 
 def _rss_file_kb() -> int:
+    return _status_kb("RssFile")
+
+
+def _status_kb(key: str) -> int:
     with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("RssFile"))
+        return next(int(line.split()[1]) for line in status if line.startswith(key))
 
 
 def test_mapped_and_sealed_arrays_are_immutable(tmp_path: Path) -> None:
@@ -119,3 +124,20 @@ def test_map_file_errors(tmp_path: Path) -> None:
     assert info.value.path == str(empty)
     with pytest.raises(FormatError, match="cannot be memory-mapped"):
         map_file(tmp_path / "missing.bin")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_large_aligned_arrays_are_mapped_apart_and_given_back_when_dropped() -> None:
+    small = aligned_empty((MAPPED_BYTES // 8,), np.float32)  # half the size: numpy's memory
+    big = aligned_empty((64, MAPPED_BYTES // 16), np.float32)  # 16 MiB
+    assert is_aligned(small) and is_aligned(big, 4096) and big.flags.writeable
+    assert big.flags.c_contiguous and big.shape == (64, MAPPED_BYTES // 16)
+    big[...] = 3.0
+    rows = big[10:20]  # a view keeps the mapping alive
+    assert not release(big) and not release(rows)  # never a file's pages: values stay
+    np.testing.assert_array_equal(rows, 3.0)
+    held = _status_kb("RssAnon")
+    del big
+    np.testing.assert_array_equal(rows, 3.0)
+    del rows
+    assert held - _status_kb("RssAnon") >= 12 * 1024  # the 16 MiB went back at once
