@@ -424,7 +424,10 @@ def dot_step(inst: Instruction, index: int, epilogue: Epilogue | None = None) ->
 
         return step
 
-    return Draft([lhs, rhs, *addends], [out], make, owned, "gemm" if own else "blas")
+    # (the kind names the kernels in profiles: a few rows' products run as `quant.gemv`'s row
+    # products or `gemm.few`'s tiles, not in BLAS)
+    kind = "gemm" if own else "gemv" if matvec else "blas"
+    return Draft([lhs, rhs, *addends], [out], make, owned, kind)
 
 
 #: Fewest input elements for which a float sum over leading or trailing axes runs as a product
