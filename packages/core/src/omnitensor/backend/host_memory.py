@@ -47,9 +47,9 @@ class _Anonymous(mmap.mmap):
     """The anonymous mapping under a large `aligned_empty` array (never a file's pages).
 
     Why not numpy's allocation: a weight copied into a backend's layout and later replaced (a
-    layer's q, k and v joined into one matrix at the first run) went back to the C heap when
-    freed, which kept its pages: a 0.5B Q8_0 decode held its 223 MB of joined weights twice
-    (peak 668 MB against 560 after loading). A mapping of its own is unmapped with the array.
+    layer's q, k and v joined into one matrix at the first run: 223 MB of a 0.5B Q8_0 model)
+    went back to the C heap when freed, which kept part of its pages: that decode's peak in a
+    fresh process was 668-709 MB, 652-654 with mappings of their own, unmapped with the array.
     """
 
 
