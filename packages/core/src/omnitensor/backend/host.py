@@ -128,7 +128,7 @@ class HostArrayBackend(Backend):
             return copy
         if array.nbytes < SMALL_BYTES:  # (a step's token ids: alignment buys nothing there)
             return read_only(np.array(array, copy=True))
-        copy = aligned_empty(array.shape, array.dtype)
+        copy = aligned_empty(array.shape, array.dtype, kept=False)  # (a step's inputs too)
         np.copyto(copy, array)
         return read_only(copy)
 
