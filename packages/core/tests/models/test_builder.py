@@ -128,6 +128,51 @@ def test_with_gguf_and_with_safetensors_agree(make_llama: Any, tmp_path: Path) -
     assert open_checkpoint(gguf_path).arch == open_checkpoint(hf).arch == "llama"
 
 
+def test_gguf_llama_keeps_q_and_k_as_stored_and_rotates_pairs(make_llama: Any,
+                                                              tmp_path: Path) -> None:
+    import mmap
+
+    from omnitensor.io.gguf import read_gguf
+    from omnitensor.models.checkpoint import from_gguf
+    from omnitensor.models.export import export_gguf
+
+    checkpoint = make_llama()
+    hp = HParams(**checkpoint.hparams)
+    stored = {n: to_gguf_tensor("llama", n, w, hp) for n, w in checkpoint.weights.items()}
+    path = tmp_path / "m.gguf"
+    write_gguf(path, gguf_metadata_from_hparams(hp), stored, arch="llama")
+
+    kept = from_gguf(path)
+    assert kept.hparams["rope_interleaved"] is True
+    q = kept.weights["blk.0.attn_q.weight"]
+    np.testing.assert_array_equal(q, stored["blk.0.attn_q.weight"])
+    base = q
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    assert isinstance(base, mmap.mmap)  # a view of the file, not a copy
+
+    reordered = from_gguf(path, rotary_pairs=False)
+    assert "rope_interleaved" not in reordered.hparams
+    for name in ("blk.0.attn_q.weight", "blk.1.attn_k.weight"):
+        assert not np.array_equal(kept.weights[name], checkpoint.weights[name])
+        np.testing.assert_array_equal(reordered.weights[name], checkpoint.weights[name])
+
+    ids = [29, 0, 1, 2, 5, 7]
+    want = _logits(ModelBuilder().with_spec("llama").with_checkpoint(checkpoint).build("ref"), ids)
+    for loaded in (kept, reordered):
+        got = _logits(ModelBuilder().with_spec("llama").with_checkpoint(loaded).build("ref"), ids)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+    # written back, the rows are the file's again (not permuted a second time)
+    export_gguf(kept, tmp_path / "again.gguf")
+    again = read_gguf(tmp_path / "again.gguf")
+    for name in ("blk.0.attn_q.weight", "blk.0.attn_k.weight"):
+        np.testing.assert_array_equal(again.load(name), stored[name])
+    kept.arch = kept.hparams["arch"] = "qwen2"  # whose GGUF rotates halves
+    with pytest.raises(FormatError, match="rope_interleaved"):
+        export_gguf(kept, tmp_path / "wrong.gguf")
+
+
 def test_open_checkpoint_errors(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="no such file or directory"):
         open_checkpoint(tmp_path / "missing")

@@ -4,9 +4,12 @@ omnitensor's canonical names are llama.cpp's (``token_embd.weight``, ``blk.{i}.a
 ``output_norm.weight``, ``output.weight``...), and its canonical layout is Hugging Face's:
 matrices are ``[out_features, in_features]`` (GPT-2's Conv1D weights are transposed) and llama's
 rotary q/k rows are in Hugging Face's rotate-half order. llama.cpp's converter permutes those rows
-for the ``llama`` architecture (not for ``qwen2``), so `from_gguf_tensor` undoes it and
-`to_gguf_tensor` redoes it: weights from either source end up identical. Hyper-parameters are
-mapped here too (`hparams_from_hf_config`, `hparams_from_gguf`, `gguf_metadata_from_hparams`).
+for the ``llama`` architecture (not for ``qwen2``) into pairs of neighbours (`GGUF_ROTARY_PAIRS`),
+so `from_gguf_tensor` undoes it and `to_gguf_tensor` redoes it: weights from either source end up
+identical. A model may instead keep the file's rows (``rotary_pairs=True``: no copy of q and k)
+and rotate neighbouring pairs, as llama.cpp does (``rope_interleaved`` among its hyper-parameters;
+`models.checkpoint.from_gguf` does so by default). Hyper-parameters are mapped here too
+(`hparams_from_hf_config`, `hparams_from_gguf`, `gguf_metadata_from_hparams`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .weights import Array, QuantizedArray
 
 __all__ = [
     "ARCHITECTURES",
+    "GGUF_ROTARY_PAIRS",
     "HParams",
     "arch_from_hf_config",
     "from_gguf_tensor",
@@ -159,6 +163,9 @@ _HF_MODEL_TYPES: Final = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", 
                           "gemma3_text": "gemma3", "bert": "bert"}
 _GPT2_CONV1D: Final = re.compile(r"blk\.\d+\.(attn_qkv|attn_output|ffn_up|ffn_down)\.weight")
 _ROTARY_QK: Final = re.compile(r"blk\.\d+\.attn_(q|k)\.(weight|bias)")
+#: Architectures whose q/k rows llama.cpp's converter stores in pairs of neighbours (each head's
+#: rows ``[x0, y0, x1, y1, ...]`` where Hugging Face has ``[x0, x1, ..., y0, y1, ...]``).
+GGUF_ROTARY_PAIRS: Final = frozenset({"llama"})
 
 
 def _rules_for(arch: str) -> list[_Rule]:
@@ -259,16 +266,36 @@ def _qk_heads(name: str, hparams: HParams) -> int:
     return hparams.head_count if ".attn_q." in name else hparams.head_count_kv
 
 
-def from_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams) -> _W:
-    """A tensor as stored in a GGUF file -> omnitensor's layout (undo llama's q/k permutation)."""
-    if arch == "llama" and _ROTARY_QK.fullmatch(name):
+def from_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams, *,
+                     rotary_pairs: bool = False) -> _W:
+    """A tensor as stored in a GGUF file -> omnitensor's layout (undo llama's q/k permutation).
+
+    Args:
+        arch: the file's architecture.
+        name: the tensor's canonical name.
+        value: the tensor as stored.
+        hparams: the file's hyper-parameters (head counts).
+        rotary_pairs: keep llama's q/k rows as stored (in pairs of neighbours; the model must
+            then rotate pairs, ``rope_interleaved``): the tensor is returned as it is.
+    """
+    if arch in GGUF_ROTARY_PAIRS and not rotary_pairs and _ROTARY_QK.fullmatch(name):
         return cast(_W, _permute_any(value, _qk_heads(name, hparams), inverse=True))
     return value
 
 
-def to_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams) -> _W:
-    """Omnitensor's layout -> as llama.cpp's converter stores it (redo llama's q/k permutation)."""
-    if arch == "llama" and _ROTARY_QK.fullmatch(name):
+def to_gguf_tensor(arch: str, name: str, value: _W, hparams: HParams, *,
+                   rotary_pairs: bool = False) -> _W:
+    """Omnitensor's layout -> as llama.cpp's converter stores it (redo llama's q/k permutation).
+
+    Args:
+        arch: the architecture written.
+        name: the tensor's canonical name.
+        value: the tensor in omnitensor's layout.
+        hparams: the model's hyper-parameters (head counts).
+        rotary_pairs: `value`'s q/k rows are already in pairs (a model with
+            ``rope_interleaved``): the tensor is returned as it is.
+    """
+    if arch in GGUF_ROTARY_PAIRS and not rotary_pairs and _ROTARY_QK.fullmatch(name):
         return cast(_W, _permute_any(value, _qk_heads(name, hparams), inverse=False))
     return value
 

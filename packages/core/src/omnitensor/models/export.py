@@ -16,7 +16,12 @@ import numpy as np
 
 from ..errors import FormatError
 from ..io.gguf import write_gguf
-from ..io.names import HParams, gguf_metadata_from_hparams, to_gguf_tensor
+from ..io.names import (
+    GGUF_ROTARY_PAIRS,
+    HParams,
+    gguf_metadata_from_hparams,
+    to_gguf_tensor,
+)
 from ..io.weights import Array, QuantizedArray
 from .checkpoint import Checkpoint
 
@@ -137,8 +142,15 @@ def export_gguf(checkpoint: Checkpoint, path: str | Path, *, dtype: str = "f32",
         metadata.update(gguf_tokenizer_metadata(checkpoint.tokenizer))
     weights: dict[str, Array | QuantizedArray] = {}
     _rope_scaling(checkpoint.hparams, metadata, weights, hparams)
+    # q/k rows a GGUF checkpoint kept in llama.cpp's pairs are written as they are
+    pairs = bool(checkpoint.hparams.get("rope_interleaved", False))
+    if pairs and hparams.arch not in GGUF_ROTARY_PAIRS:
+        raise FormatError(f"export_gguf: the checkpoint rotates q/k in pairs of neighbours "
+                          f"(rope_interleaved) but llama.cpp's {hparams.arch} rotates halves; "
+                          "load it with rotary_pairs=False or export it as llama")
     for n, v in checkpoint.weights.items():
-        weights[n] = (to_gguf_tensor(hparams.arch, n, v, hparams) if isinstance(v, QuantizedArray)
-                      else to_gguf_tensor(hparams.arch, n, v, hparams))
+        weights[n] = (to_gguf_tensor(hparams.arch, n, v, hparams, rotary_pairs=pairs)
+                      if isinstance(v, QuantizedArray)
+                      else to_gguf_tensor(hparams.arch, n, v, hparams, rotary_pairs=pairs))
     write_gguf(path, metadata, weights, arch=hparams.arch, dtype=dtype)
     return Path(path)

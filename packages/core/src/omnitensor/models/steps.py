@@ -304,7 +304,10 @@ def _attention(ctx: StepContext, s: Mapping[str, Any]) -> None:
         cos, sin = F.rope_tables(ctx.positions, head_dim, float(base), scaling, dtype=q.dtype)
         if cos.ndim == 3:  # per-sequence positions (B, T, D/2) -> (B, 1, T, D/2)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)
+        # a GGUF llama's q/k rows kept in llama.cpp's order rotate in pairs of neighbours
+        pairs = bool(ctx.hparams.get("rope_interleaved", False))
+        q = F.rotary_embedding(q, cos, sin, interleaved=pairs)
+        k = F.rotary_embedding(k, cos, sin, interleaved=pairs)
     causal = bool(s.get("causal", True))
     kv_length = None
     if ctx.cache is not None:
