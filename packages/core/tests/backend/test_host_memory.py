@@ -129,9 +129,10 @@ def test_map_file_errors(tmp_path: Path) -> None:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 def test_large_aligned_arrays_are_mapped_apart_and_given_back_when_dropped() -> None:
     small = aligned_empty((MAPPED_BYTES // 8,), np.float32)  # half the size: numpy's memory
-    big = aligned_empty((64, MAPPED_BYTES // 16), np.float32)  # 16 MiB
+    big = aligned_empty((64, 1 << 16), np.float32)  # 16 MiB
+    assert MAPPED_BYTES <= big.nbytes
     assert is_aligned(small) and is_aligned(big, 4096) and big.flags.writeable
-    assert big.flags.c_contiguous and big.shape == (64, MAPPED_BYTES // 16)
+    assert big.flags.c_contiguous and big.shape == (64, 1 << 16)
     big[...] = 3.0
     rows = big[10:20]  # a view keeps the mapping alive
     assert not release(big) and not release(rows)  # never a file's pages: values stay

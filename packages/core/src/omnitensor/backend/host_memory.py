@@ -39,8 +39,11 @@ def is_aligned(array: Array, alignment: int = ALIGNMENT) -> bool:
     return int(array.ctypes.data) % alignment == 0
 
 
-#: Arrays of `aligned_empty` from this many bytes on get an anonymous mapping of their own.
-MAPPED_BYTES = 1 << 20
+#: Kept arrays of `aligned_empty` from this many bytes on get an anonymous mapping of their own.
+#: 256 KiB rather than 1 MiB: a 0.5B model's q and output matrices (0.77 MB each) are kept too,
+#: and q's copy goes away when the cpu backend joins q, k and v (fresh-process peak of that
+#: model's Q8_0 decode 597-598 -> 588-589 MB); a page-rounded mapping wastes < 2 % at 256 KiB.
+MAPPED_BYTES = 1 << 18
 
 
 class _Anonymous(mmap.mmap):
@@ -49,7 +52,8 @@ class _Anonymous(mmap.mmap):
     Why not numpy's allocation: a weight copied into a backend's layout and later replaced (a
     layer's q, k and v joined into one matrix at the first run: 223 MB of a 0.5B Q8_0 model)
     went back to the C heap when freed, which kept part of its pages: that decode's peak in a
-    fresh process was 668-709 MB, 652-654 with mappings of their own, unmapped with the array.
+    fresh process was 668-709 MB, 652-654 with mappings of their own, unmapped with the array
+    (from 1 MiB; see `MAPPED_BYTES` for the threshold now).
     """
 
 
