@@ -69,6 +69,10 @@ def _families() -> list[_Family]:
         _Family("rotary_embedding", "halves", (((2, 4, 5, 8), None, "normal"), cos_sin,
                                                cos_sin),
                 lambda f, a, c, s: f(a, c, s)),
+        # a GGUF llama's q/k rows kept in llama.cpp's pairs rotate so (models.steps)
+        _Family("rotary_embedding", "interleaved", (((2, 4, 5, 8), None, "normal"), cos_sin,
+                                                    cos_sin),
+                lambda f, a, c, s: f(a, c, s, interleaved=True)),
         _Family("attention", "causal_gqa", (q, kv, kv),
                 lambda f, a, k, v: f(a, k, v, is_causal=True)),
         _Family("attention", "full", (q, kv, kv), lambda f, a, k, v: f(a, k, v)),
