@@ -61,7 +61,7 @@ def from_gguf(path: str | Path, progress: Progress | None = None, *,
             neighbours, and set ``hparams["rope_interleaved"]`` so the model rotates those
             pairs (as llama.cpp does): q and k stay views of the mapped file. False puts them in
             Hugging Face's rotate-half order (``io.names``), a copy of each held beside what a
-            backend repacks from it (~20 MB for a 0.5B Q8_0 model, ~380 MB for a 7B Q4_K one).
+            backend repacks from it (~20 MB for a 0.5B Q8_0 model, ~380 MB for Llama 3 8B in Q4_K).
     """
     from ..io.gguf import read_gguf
     from ..io.names import GGUF_ROTARY_PAIRS, from_gguf_tensor, hparams_from_gguf
