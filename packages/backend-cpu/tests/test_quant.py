@@ -292,6 +292,27 @@ def test_grouped_blocks_match_float64_with_offsets(m: int, blocks: int) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
+def test_grouped_products_hold_the_integer_bounds() -> None:
+    # the largest sums a block can make (|q| = 128 against activations quantized to +-32767:
+    # 32 * 128 * 32767 < 2**31), through every form of the pair multiply-add (vpdpwssd where
+    # the CPU has AVX-512 VNNI); the sums are exact, so only float32 rounding is left
+    from omnitensor_backend_cpu import intdot
+
+    n, k, m = 8, 32 * 9, 16
+    qs = np.full((n, k), -128, np.int8)
+    qs[1::2] = 127
+    qs[2, ::2] = 127  # mixed signs inside each pair
+    d = np.ones((n, k // 32), np.float32)
+    x = np.ones((m, k), np.float32)
+    x[1::2] = -1.0
+    out = np.full((m, n), np.nan, np.float32)
+    call = intdot.prepare(x, qs, d, np.zeros((n, 0), np.float32), out, 5)
+    assert getattr(call, "func", None) is intdot._grouped_split
+    assert call()
+    want = x.astype(np.float64) @ qs.astype(np.float64).T
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
 def test_group_layout_gives_each_chunk_a_part_of_every_block() -> None:
     from omnitensor_backend_cpu import intdot
 

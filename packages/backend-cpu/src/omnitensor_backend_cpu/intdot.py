@@ -15,7 +15,8 @@ From four activation rows, one-byte weights in blocks of 32 go four blocks a vec
 
 The block loop is written in LLVM IR (`_dot_kernel`) because numba types a product of two
 int32 scalars as int64, and 64-bit lanes never become ``vpmaddwd``; the IR is target-neutral
-(sign-extend, multiply, add even and odd lanes), and LLVM picks the instruction.
+(sign-extend, multiply, add even and odd lanes), and LLVM picks the instruction, but for the
+sums of several pair products on AVX-512 VNNI, written as ``vpdpwssd`` (`irblocks.pair_dot_add`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .irblocks import (
     host_lanes,
     lane_totals,
     load_quants,
+    pair_dot_add,
     prefetch,
     splat,
     widen_half,
@@ -288,9 +290,7 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, grouped: bool = False) -> 
                         x = builder.load(builder.bitcast(builder.gep(x_row, [builder.add(
                             at, ir.Constant(at.type, 2 * lanes * c))]), wide16.as_pointer()),
                             align=2)
-                        p = builder.mul(builder.sext(w, chunk), builder.sext(x, chunk))
-                        t = builder.add(every_other(builder, p, 0), every_other(builder, p, 1))
-                        s = t if s is None else builder.add(s, t)
+                        s = pair_dot_add(builder, s, w, x)
                     spread_scale = spread(scale, [g for g in range(GROUP)
                                                   for _ in range(lanes // GROUP)])
                     term = builder.fmul(builder.sitofp(s, vf), spread_scale, flags=["contract"])

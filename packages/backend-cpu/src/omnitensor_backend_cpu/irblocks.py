@@ -10,9 +10,10 @@ from numba import types as _nb_types
 
 __all__ = ["LANES", "VF", "every_other", "fmuladd", "halves_added", "host_lanes",
            "intrinsic_args", "lane_range", "lane_totals", "load_quants", "load_vector",
-           "prefetch", "row_pointer", "splat", "widen_half"]
+           "pair_dot_add", "prefetch", "row_pointer", "splat", "widen_half"]
 
-_I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+_I8, _I16, _I32, _I64, _F32 = (ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64),
+                               ir.FloatType())
 
 #: Floats per vector of the float32 kernels written in IR (one AVX2 register).
 LANES: Final = 8
@@ -53,6 +54,50 @@ def every_other(builder: Any, vec: Any, start: int, count: int | None = None) ->
     count = vec.type.count // 2 if count is None else count
     return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, count),
                                                         list(range(start, 2 * count, 2))))
+
+
+@functools.cache
+def _pair_dot_instruction() -> bool:
+    """Whether pair products go through ``vpdpwssd`` (x86 with AVX-512 VNNI; see below)."""
+    import platform
+
+    from llvmlite import binding
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    features: Any = binding.get_host_cpu_features()
+    if not features.get("avx512vnni", False):
+        return False
+    binding.initialize_native_asmparser()  # numba initializes the code generator only
+    return True
+
+
+def pair_dot_add(builder: Any, acc: Any, a: Any, b: Any) -> Any:
+    """`acc` (i32 lanes; None for zeros) plus each lane's two 16-bit products of `a` and `b`.
+
+    `a` and `b` hold twice acc's lanes of i16: lane j adds ``a[2j] b[2j] + a[2j+1] b[2j+1]``
+    in 32-bit integer arithmetic (wrapping, as both forms do). Portably: the even lanes of the
+    sign-extended products plus the odd lanes, which LLVM lowers to a pair multiply-add (x86
+    ``vpmaddwd``, AArch64 ``smlal``) and an add. Where the CPU has AVX-512 VNNI and the vectors
+    are 512 bits, one ``vpdpwssd`` multiplies and adds: `intdot`'s four-blocks-a-vector Q8_0
+    products on 2 threads, same process, interleaved medians, 16 rows by 9728 x 896 1.55 ->
+    1.38 ms, 1152 x 896 0.176 -> 0.156, 896 x 896 0.149 -> 0.133, 896 x 4864 0.975 -> 0.955;
+    128 rows 0.94x and 0.92x the time. Written as the instruction, not as its LLVM intrinsic:
+    LLVM's machine combiner split the intrinsic back into ``vpmaddwd`` and ``vpaddd`` (which
+    shortens a chain of them) for this host's tuning.
+    """
+    pairs = a.type.count
+    wide = ir.VectorType(_I32, pairs // 2)
+    if pairs == 32 and _pair_dot_instruction():
+        i16x32 = ir.VectorType(_I16, 32)
+        start = ir.Constant(wide, None) if acc is None else acc
+        instruction = ir.InlineAsm(ir.FunctionType(wide, [wide, i16x32, i16x32]),
+                                   "vpdpwssd $3, $2, $0", "=v,0,v,v")
+        return builder.call(instruction, [start, a, b])
+    chunk = ir.VectorType(_I32, pairs)
+    p = builder.mul(builder.sext(a, chunk), builder.sext(b, chunk))
+    t = builder.add(every_other(builder, p, 0), every_other(builder, p, 1))
+    return t if acc is None else builder.add(acc, t)
 
 
 def halves_added(builder: Any, vec: Any, lanes: int) -> Any:
