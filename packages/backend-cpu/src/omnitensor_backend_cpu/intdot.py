@@ -251,23 +251,16 @@ def _dot_kernel(shift: int, rows: int, ways: int = 1, grouped: bool = False) -> 
                           builder.and_(builder.lshr(raw, ir.Constant(i16x16, [8] * 16)), nibble),
                           builder.and_(builder.lshr(raw, ir.Constant(i16x16, [4] * 16)), nibble),
                           builder.lshr(raw, ir.Constant(i16x16, [12] * 16))]
-                i32x16 = ir.VectorType(_I32, 16)
-                if plane is None:
-                    wide_quants = [builder.zext(q, i32x16) for q in quants]
-                else:
-                    wide_quants = [builder.sext(builder.sub(
-                        q, _lane_sixteens(builder, plane, bit + part)), i32x16)
-                        for part, q in enumerate(quants)]
+                if plane is not None:  # (nibbles 0..15 are the same as signed 16-bit lanes)
+                    quants = [builder.sub(q, _lane_sixteens(builder, plane, bit + part))
+                              for part, q in enumerate(quants)]
                 for x_row, acc, scale in zip(x_rows, accs(0), spreads, strict=True):
                     s = None
-                    for part, qw in enumerate(wide_quants):
+                    for part, qw in enumerate(quants):
                         x = builder.load(builder.bitcast(
                             builder.gep(x_row, [builder.add(at, ir.Constant(at.type, 16 * part))]),
                             i16x16.as_pointer()), align=2)
-                        p = builder.mul(qw, builder.sext(x, i32x16))
-                        t = builder.add(every_other(builder, p, 0, 8),
-                                        every_other(builder, p, 1, 8))
-                        s = t if s is None else builder.add(s, t)
+                        s = pair_dot_add(builder, s, qw, x)
                     term = builder.fmul(builder.sitofp(s, vf), scale, flags=["contract"])
                     builder.store(builder.fadd(builder.load(acc), term, flags=["contract"]), acc)
 

@@ -66,7 +66,7 @@ def _pair_dot_instruction() -> bool:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     features: Any = binding.get_host_cpu_features()
-    if not features.get("avx512vnni", False):
+    if not (features.get("avx512vnni", False) and features.get("avx512vl", False)):
         return False
     binding.initialize_native_asmparser()  # numba initializes the code generator only
     return True
@@ -79,19 +79,20 @@ def pair_dot_add(builder: Any, acc: Any, a: Any, b: Any) -> Any:
     in 32-bit integer arithmetic (wrapping, as both forms do). Portably: the even lanes of the
     sign-extended products plus the odd lanes, which LLVM lowers to a pair multiply-add (x86
     ``vpmaddwd``, AArch64 ``smlal``) and an add. Where the CPU has AVX-512 VNNI and the vectors
-    are 512 bits, one ``vpdpwssd`` multiplies and adds: `intdot`'s four-blocks-a-vector Q8_0
+    are 256 or 512 bits, one ``vpdpwssd`` multiplies and adds: `intdot`'s four-blocks-a-vector Q8_0
     products on 2 threads, same process, interleaved medians, 16 rows by 9728 x 896 1.55 ->
     1.38 ms, 1152 x 896 0.176 -> 0.156, 896 x 896 0.149 -> 0.133, 896 x 4864 0.975 -> 0.955;
-    128 rows 0.94x and 0.92x the time. Written as the instruction, not as its LLVM intrinsic:
-    LLVM's machine combiner split the intrinsic back into ``vpmaddwd`` and ``vpaddd`` (which
-    shortens a chain of them) for this host's tuning.
+    128 rows 0.94x and 0.92x the time; the 4-bit pair kernel (256 bits), 9728 x 1024 and 1024 x
+    4864, Q4_K 0.93x the time at one row and 0.89-0.95x at 16. Written as the instruction, not
+    as its LLVM intrinsic: LLVM's machine combiner split the intrinsic back into ``vpmaddwd``
+    and ``vpaddd`` (which shortens a chain of them) for this host's tuning.
     """
     pairs = a.type.count
     wide = ir.VectorType(_I32, pairs // 2)
-    if pairs == 32 and _pair_dot_instruction():
-        i16x32 = ir.VectorType(_I16, 32)
+    if pairs in (16, 32) and _pair_dot_instruction():  # 256 or 512 bits (AVX-512 VL)
+        halves = ir.VectorType(_I16, pairs)
         start = ir.Constant(wide, None) if acc is None else acc
-        instruction = ir.InlineAsm(ir.FunctionType(wide, [wide, i16x32, i16x32]),
+        instruction = ir.InlineAsm(ir.FunctionType(wide, [wide, halves, halves]),
                                    "vpdpwssd $3, $2, $0", "=v,0,v,v")
         return builder.call(instruction, [start, a, b])
     chunk = ir.VectorType(_I32, pairs)
