@@ -349,3 +349,26 @@ def test_row_dot_sums_every_term_of_the_row(k: int) -> None:
     x[1, k - 1] = np.float32(1e6)  # the last term (a pass's or the tail's) is counted
     w[3, k - 1] = np.float32(1.0)
     assert dot(x, w, 1, 3) > 5e5
+
+
+def test_pair_sums_take_vnni_only_where_numba_compiles_for_it(monkeypatch: Any) -> None:
+    # `irblocks.pair_dot_add` writes `vpdpwssd` out, unchecked by LLVM: a user's target CPU
+    # (a kernel cache shared by machines) decides, not the host
+    import platform
+
+    import numba
+
+    from omnitensor_backend_cpu import irblocks
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("x86 only (the instruction is x86's)")
+    cases = [("generic", None, False), (None, "+avx2,-avx512vnni,+avx512vl", False),
+             (None, "+avx512f,+avx512vnni,+avx512vl", True)]
+    for name, features, want in cases:
+        monkeypatch.setattr(numba.config, "CPU_NAME", name)
+        monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
+        irblocks._pair_dot_instruction.cache_clear()
+        try:
+            assert irblocks._pair_dot_instruction() is want, (name, features)
+        finally:
+            irblocks._pair_dot_instruction.cache_clear()

@@ -58,16 +58,30 @@ def every_other(builder: Any, vec: Any, start: int, count: int | None = None) ->
 
 @functools.cache
 def _pair_dot_instruction() -> bool:
-    """Whether pair products go through ``vpdpwssd`` (x86 with AVX-512 VNNI; see below)."""
+    """Whether pair products go through ``vpdpwssd`` (x86 with AVX-512 VNNI; see below).
+
+    Decided by the features numba compiles for, not the host's alone: an instruction written
+    out is not checked by LLVM against them, and a user's ``NUMBA_CPU_NAME`` (say ``generic``,
+    for a kernel cache shared by several machines) must not get it.
+    """
     import platform
 
+    import numba
     from llvmlite import binding
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    features: Any = binding.get_host_cpu_features()
-    if not (features.get("avx512vnni", False) and features.get("avx512vl", False)):
+    config: Any = numba.config
+    if config.CPU_FEATURES is not None:  # (`_compat` sets the host's own on AVX-512 hosts)
+        named = set(str(config.CPU_FEATURES).split(","))
+        if not {"+avx512vnni", "+avx512vl"} <= named:
+            return False
+    elif config.CPU_NAME is not None:  # a CPU named without features: not assumed to have it
         return False
+    else:
+        features: Any = binding.get_host_cpu_features()
+        if not (features.get("avx512vnni", False) and features.get("avx512vl", False)):
+            return False
     binding.initialize_native_asmparser()  # numba initializes the code generator only
     return True
 
