@@ -249,3 +249,31 @@ def test_large_groups_split_on_the_openmp_workers_where_products_do(
     np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=2e-6, atol=1e-6)
     # on the workers, not the pool (but 120 elements are less than two 64-element ranges)
     assert pooled == ([120] if program == "flat" and n == 1 else [])
+
+
+def test_independent_chains_of_a_group_run_as_loops_of_their_own(backend: CpuBackend) -> None:
+    # three AdamW-like updates of one shape: one group, one loop per parameter's chain (one
+    # loop over all 24 arrays stayed scalar); chains that share an array share a loop
+    b = Builder()
+    shape = (4, 37)
+    step = b.input(TensorType((), float32))
+    factor = b.emit("broadcast_in_dim", b.emit("mul", step, step), shape=shape, dims=())
+    outs = []
+    for _ in range(3):
+        p, g, m = (b.input(TensorType(shape, float32)) for _ in range(3))
+        m2 = b.emit("add", b.emit("mul", m, factor), g)
+        outs += [m2, b.emit("sub", p, b.emit("div", m2, b.emit("sqrt", b.emit("abs", m2))))]
+    shared = outs[0]  # read again: its chain's loop grows, no new one
+    outs.append(b.emit("mul", b.emit("neg", shared), shared))
+    fn = b.build(outs)
+    exe = backend.compile(fn)
+    (group,) = [g for g in exe.plan.groups if len(g.outputs) >= 6]
+    # (the broadcast factor is one element at run time: a scalar, read before the loops)
+    scalars = [v == factor.id for v in group.inputs]
+    assert any(scalars) and group.source(scalars=scalars).count("for i in range(n):") == 3
+    assert group.source().count("for i in range(n):") == 1  # (every chain reads the factor)
+    rng = np.random.default_rng(2)
+    xs = [np.float32(0.5), *(rng.normal(size=shape).astype(np.float32) for _ in range(9))]
+    got = backend.run(exe, [backend.upload(np.asarray(a)) for a in xs])
+    for g_, w in zip(got, evaluate(fn, [np.asarray(a) for a in xs]), strict=True):
+        np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-7)  # (contracted: fma)

@@ -162,6 +162,10 @@ def can_fuse(inst: Instruction) -> bool:
     return _expr(inst, ["a"] * len(inst.operands)) is not None
 
 
+#: `FusedGroup._components`' chain of the values computed from scalars and literals only.
+_BEFORE_LOOPS: Final = -(1 << 62)
+
+
 @dataclass
 class FusedGroup:
     """A run of elementwise instructions executed as one kernel.
@@ -179,6 +183,36 @@ class FusedGroup:
     inputs: list[int]
     literals: dict[int, Any]
     outputs: list[int]
+
+    def _components(self, scalar: Sequence[bool]) -> dict[int, int]:
+        """Value id -> its chain: values joined by an instruction, scalars and literals apart.
+
+        A group of several independent chains (an optimizer's updates of three parameters of
+        one shape: 12 arrays read, 12 written) gets one loop per chain. In one loop, LLVM's
+        vectorizer gave up on the runtime checks that so many arrays do not overlap and ran
+        the whole loop scalar (AdamW's square root and division one float at a time); a
+        chain's loop over its own 8 arrays is vectorized. Chains that read one array stay in
+        one loop (the array is read once). Nothing a loop writes is read by another: a step's
+        results never share memory with its operands (the plan's buffers).
+        """
+        parent: dict[int, int] = {}
+
+        def find(v: int) -> int:
+            while parent.setdefault(v, v) != v:
+                parent[v] = parent[parent[v]]
+                v = parent[v]
+            return v
+
+        apart = {vid for k, vid in enumerate(self.inputs) if scalar[k]} | set(self.literals)
+        for inst in self.insts:
+            result = find(inst.results[0].id)
+            if all(v.id in apart for v in inst.operands):
+                apart.add(inst.results[0].id)  # (computed once, before the loops)
+            for v in inst.operands:
+                if v.id not in apart:
+                    parent[find(v.id)] = result
+        chains = {v: find(v) for v in [*self.inputs, *(i.results[0].id for i in self.insts)]}
+        return {v: _BEFORE_LOOPS if v in apart else chain for v, chain in chains.items()}
 
     def source(self, vectors: Sequence[bool] = (), scalars: Sequence[bool] = (),
                columns: Sequence[bool] = (), batched: bool = False) -> str:
@@ -212,17 +246,28 @@ class FusedGroup:
         hoisted = [f"x{k} = in{k}[0]" for k in range(len(self.inputs)) if scalar[k]]
         vector = [k < len(vectors) and vectors[k] for k in range(len(self.inputs))]
         column = [k < len(columns) and columns[k] for k in range(len(self.inputs))]
-        body: list[str] = [f"x{k} = in{k}[{'c' if vector[k] else 'r' if column[k] else 'IDX'}]"
-                           for k in range(len(self.inputs)) if not scalar[k]]
+        component = self._components(scalar)
+        bodies: dict[int, list[str]] = {c: [] for c in dict.fromkeys(component.values())}
+        bodies[_BEFORE_LOOPS] = hoisted
+        for k, vid in enumerate(self.inputs):
+            if not scalar[k]:
+                at = "c" if vector[k] else "r" if column[k] else "IDX"
+                bodies[component[vid]].append(f"x{k} = in{k}[{at}]")
         for k, inst in enumerate(self.insts):
             expr = _expr(inst, [names[v.id] for v in inst.operands])
             assert expr is not None, inst
             # NOTE: local names, not value ids: groups of the same structure (the parts of a
             # long chain, the same layer in two programs) share one source, one compile.
             name = f"v{k}"
-            body.append(f"{name} = {expr}")
+            bodies[component[inst.results[0].id]].append(f"{name} = {expr}")
             names[inst.results[0].id] = name
-        body += [f"out{k}[IDX] = {names[vid]}" for k, vid in enumerate(self.outputs)]
+        for k, vid in enumerate(self.outputs):
+            chain = component.get(vid, _BEFORE_LOOPS)
+            if chain == _BEFORE_LOOPS:  # (a value computed before the loops, stored in each)
+                chain = -1 - k
+            bodies.setdefault(chain, []).append(f"out{k}[IDX] = {names[vid]}")
+        # one loop per chain that shares no array with the others (see `_components`)
+        loops = [body for chain, body in bodies.items() if body and chain != _BEFORE_LOOPS]
         params = ", ".join([f"in{k}" for k in range(len(self.inputs))]
                            + [f"out{k}" for k in range(len(self.outputs))])
         # NOTE: imported here: grouping runs for every plan, numba only for kernels that pay.
@@ -251,15 +296,18 @@ class FusedGroup:
                            + [f"out{k}[lo:hi]" for k in range(len(self.outputs))])
         if any(vector) or any(column):
             lines += ["@jit(fastmath=FM)", f"def rows(n, m, {params}):",
-                      *[f"    {line}" for line in hoisted], "    for r in range(n):",
-                      "        for c in range(m):"]
-            lines += [f"            {line.replace('IDX', 'r, c')}" for line in body]
+                      *[f"    {line}" for line in hoisted]]
+            for body in loops:
+                lines += ["    for r in range(n):", "        for c in range(m):",
+                          *[f"            {line.replace('IDX', 'r, c')}" for line in body]]
             call = f"rows(hi - lo, m, {ranged})"
             head = f"def split(parts, step, n, m, {params}):"
         else:
             lines += ["@jit(fastmath=FM)", f"def flat(n, {params}):",
-                      *[f"    {line}" for line in hoisted], "    for i in range(n):"]
-            lines += [f"        {line.replace('IDX', 'i')}" for line in body]
+                      *[f"    {line}" for line in hoisted]]
+            for body in loops:
+                lines += ["    for i in range(n):",
+                          *[f"        {line.replace('IDX', 'i')}" for line in body]]
             call = f"flat(hi - lo, {ranged})"
             head = f"def split(parts, step, n, {params}):"
         # NOTE: the parallel twin is compiled on its first call only (a large call where
