@@ -321,3 +321,26 @@ def test_causal_prompts_run_per_row_up_to_64_rows(t_len: int) -> None:
     assert _rel(out, _attention(q, cache_k, cache_v, 0.125, keep)) < 1e-6
     # small tasks (one head of 32 per kv head, many sequences) stay products
     assert attention._by_products(q[:, :2, :, :32], cache_k[:, :2, :, :32], causal=True)
+
+
+@pytest.mark.parametrize("kv_length", [70, 0])
+def test_causal_products_read_only_the_keys_a_block_of_queries_sees(kv_length: int) -> None:
+    # 70 queries (blocks of 32, 32 and 6 queries) at positions 0..69 of a 128-slot cache:
+    # each block reads the keys up to its last query's position; with no key left (a cache
+    # length of 0) every row averages all 128 values, as the reference does
+    rng = np.random.default_rng(12)
+    q = rng.normal(size=(1, 4, 70, 32)).astype(np.float32)
+    cache_k = rng.normal(size=(1, 2, 128, 32)).astype(np.float32)
+    cache_v = rng.normal(size=(1, 2, 128, 32)).astype(np.float32)
+    assert attention._by_products(q, cache_k, causal=True)
+    out = np.empty_like(q)
+    attention.sdpa(q, cache_k, cache_v, out, scale=0.2, q_positions=np.arange(70),
+                   kv_length=kv_length, causal=True)
+    keep = np.tril(np.ones((70, 128), bool)) & (np.arange(128) < kv_length)
+    assert _rel(out, _attention(q, cache_k, cache_v, 0.2, keep)) < 1e-6
+    seen = attention._keys_seen.py_func
+    positions = np.arange(70)
+    blocks = [seen(positions, True, kv_length, 128, False, t0, min(32, 70 - t0))
+              for t0 in (0, 32, 64)]
+    assert blocks == ([32, 64, 70] if kv_length else [128] * 3)
+    assert seen(positions, True, kv_length, 128, True, 0, 32) == 128  # (a mask: all read)

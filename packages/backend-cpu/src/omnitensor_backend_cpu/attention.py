@@ -1,8 +1,11 @@
 """Fused scaled-dot-product attention and rotary embedding kernels.
 
 Prefill and encoder attention (`GEMM_MIN_QUERIES` query rows or more; a causal prompt of more
-than `CAUSAL_ROWS_MAX`) runs as two batched BLAS products around one fused row kernel that
-scales, soft-caps and masks the scores and takes their softmax in place. Decode attention (and
+than `CAUSAL_ROWS_MAX`) runs as two products around one fused kernel that scales, soft-caps and
+masks the scores and takes their softmax in place: in float32 on `gemm`'s tiles, 32 queries at
+a time with the scores laid out a row per key (`_by_key32`), and a causal block reads only the
+keys its last query sees; otherwise as batched BLAS products with a row kernel between them
+(`_sdpa_gemm`). Decode attention (and
 a short prompt's) runs one (batch entry, kv head, query row) per task, for
 all the query heads that share the kv head: the scores against every key, the softmax and the
 weighted sum of values, block by block of keys so that each block is read from memory once for
@@ -486,7 +489,8 @@ def _mask_softmax64(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, k
 def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) -> None:
     """Scores by BLAS products, masks and softmax fused in place, then P V.
 
-    Query heads sharing a kv head are stacked into one product per (batch, kv head) pair.
+    (Float32 beside `gemm`'s tiles: `_sdpa_tiles` instead.) Query heads sharing a kv head are
+    stacked into one product per (batch, kv head) pair.
     Keys and values are read where they lie: numpy's matmul hands a strided (S, D) matrix whose
     rows are contiguous to BLAS with its leading dimension, so a (B, S, H, D) cache seen as
     (B, H, S, D) is not copied (the copies cost more than both products at encoder sizes).
@@ -502,10 +506,8 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
     g = n_h // n_kv
     if q.dtype == np.float32 and threads.wide_products():
         # (float32 only, the tiles' type; `out` is C-contiguous, see `prepare_sdpa`)
-        scores2 = np.empty((n_b * n_h * t_len, s_len), np.float32)
-        grid4 = scores2.reshape(n_b, n_h, t_len, s_len)
-        parts = pool.parts(n_b * n_kv, scores2.size * max(d, dv) >> 3)
-        _sdpa_tiles(q, k, v, out.reshape(-1, dv), scores2, grid4, *args, parts)
+        parts = pool.parts(n_b * n_kv, n_b * n_h * t_len * s_len * max(d, dv) >> 3)
+        _sdpa_tiles(q, k, v, out.reshape(-1, dv), *args, parts)
         return
     # NOTE: stacking the query heads of a kv head (g > 1) needs a C-contiguous q, so without a
     # soft cap that copy is also where the scale is applied (T x D values, not T x S scores).
@@ -540,57 +542,147 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
     pool.parallel_for(n_b if by_batch else n_kv, body, work=work)
 
 
-@jit()
-def _pack_heads(q: Any, b: int, h0: int, heads: int, panels: Any) -> None:
-    # `gemm`'s panels of the stacked query rows (heads h0.. of batch entry b, then positions)
-    t_len, d = q.shape[2], q.shape[3]
-    span = panels.shape[1]
-    for r0 in range(0, panels.shape[0] // d * span, span):
-        base = r0 // span * d
-        for i in range(span):
-            r = r0 + i
-            if r < heads * t_len:
-                row = q[b, h0 + r // t_len, r % t_len]
-                for j in range(d):
-                    panels[base + j, i] = row[j]
-            else:
-                for j in range(d):
-                    panels[base + j, i] = np.float32(0.0)
-
-
 @jit(parallel=True)
-def _sdpa_tiles(q: Any, k: Any, v: Any, out2: Any, scores2: Any, grid: Any, add: Any,
-                keep: Any, qpos: Any, causal: bool, kvlen: int, scale: float, softcap: float,
-                has_add: bool, has_keep: bool, parts: int) -> None:
-    # One task per (batch entry, kv head): its query heads' rows stacked, scores by `gemm`'s
-    # tiles into scores2 (= grid, (B * Hq * T, S)), masked and normalized in place, then P V
-    # into out2 ((B * Hq * T, Dv)). Tasks split over numba's workers (see `_sdpa_gemm`).
-    n_b, n_h, t_len, d = q.shape
-    n_kv, s_len = k.shape[1], k.shape[2]
-    g = n_h // n_kv
-    rows = g * t_len
+def _sdpa_tiles(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any,
+                causal: bool, kvlen: int, scale: float, softcap: float, has_add: bool,
+                has_keep: bool, parts: int) -> None:
+    # One task per (batch entry, kv head), split over numba's workers (see `_sdpa_gemm`):
+    # its keys packed once as `gemm`'s panels, then `_by_key32` for each block of query rows
+    n_b, n_kv, s_len, d = k.shape
     span = gemm.SPAN
-    count = -(-rows // span)
+    count = -(-s_len // span)
     tasks = n_b * n_kv
     step = -(-tasks // parts)
     for part in prange(parts):
-        queries = np.empty((count * d, span), np.float32)
-        weights = np.empty((count * s_len, span), np.float32)
+        keys = np.empty((count * d, span), np.float32)
+        scores = np.zeros((s_len, span), np.float32)  # (columns past a block's stay finite)
+        limits = np.empty(span, np.int64)
+        lanes = np.empty((2, span), np.float32)
         for task in range(part * step, min(tasks, part * step + step)):
-            b, kv = task // n_kv, task % n_kv
-            first = (b * n_h + kv * g) * t_len
-            # (two phases around one call of the tiles: each call site in a parallel loop
-            # compiles them again, ~1-3 s on a cold cache)
-            for phase in range(2):
-                if phase == 0:
-                    _pack_heads(q, b, kv * g, g, queries)
-                    panels, bt, dst = queries, k[b, kv], scores2[first:first + rows]
-                else:
-                    _mask_softmax32(grid, add, keep, qpos, causal, kvlen, scale, softcap,
-                                    has_add, has_keep, b, b + 1, kv * g, kv * g + g)
-                    gemm.pack_rows(scores2[first:first + rows], weights, 0, count)
-                    panels, bt, dst = weights, v[b, kv].T, out2[first:first + rows]
-                gemm.tiles(panels, bt, dst, 0, count, 0, bt.shape[0])
+            _by_key32(q, k, v, out2, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
+                      has_keep, task // n_kv, task % n_kv, keys, scores, limits, lanes)
+
+
+@jit()
+def _by_key32(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any, causal: bool,
+              kvlen: int, scale: float, softcap: float, has_add: bool, has_keep: bool, b: int,
+              kv: int, keys: Any, scores: Any, limits: Any, lanes: Any) -> None:
+    """Attention of the query heads of kv head `kv` of batch entry `b`, `SPAN` queries a pass.
+
+    The scores come out transposed, a row per key and a column per query (`gemm`'s tiles with
+    the keys' panels as the rows and the queries as the weights): the softmax of each query
+    is then down a column, every step `SPAN` queries wide (`_softmax_by_key32`), and that
+    (keys, queries) block is already the panel of the weights by values (the second
+    product's rows). A row per query had put each softmax in loops as short as the keys (26
+    for a 32-sentence MiniLM batch), which LLVM runs scalar, and needed the weights packed
+    again for the second product: an encoder layer's attention took 1.63 ms on one thread,
+    two thirds of it there.
+    """
+    n_h, t_len = q.shape[1], q.shape[2]
+    s_len, dv = k.shape[2], v.shape[3]
+    g = n_h // k.shape[1]
+    span = gemm.SPAN
+    count = -(-s_len // span)
+    gemm.pack_rows(k[b, kv], keys, 0, count)
+    values = v[b, kv].T
+    for h in range(kv * g, kv * g + g):
+        first = (b * n_h + h) * t_len
+        for t0 in range(0, t_len, span):
+            width = min(span, t_len - t0)
+            used = _keys_seen(qpos, causal, kvlen, s_len, has_add or has_keep, t0, width)
+            block = scores[:used]
+            gemm.tiles(keys, q[b, h, t0:t0 + width], block[:, :width], 0, -(-used // span), 0,
+                       width)
+            _softmax_by_key32(block, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
+                              has_keep, b, h, t0, width, limits, lanes)
+            gemm.tiles(block, values[:, :used], out2[first + t0:first + t0 + width], 0, 1, 0,
+                       dv)
+
+
+@jit(inline=True)
+def _keys_seen(qpos: Any, causal: bool, kvlen: int, s_len: int, masked: bool, t0: int,
+               width: int) -> int:
+    """The keys queries [t0, t0 + width) read: past the last one's causal limit none does.
+
+    Those keys weigh exactly 0 in every row that sees a key at all (a causal prompt's block of
+    32 queries reads ~half the keys on average). A row that sees none averages every key, as
+    the reference does: where a row may (a mask, a limit of 0), all are read.
+    """
+    if not causal or masked:
+        return s_len
+    lowest, highest = s_len, 0
+    for t in range(t0, t0 + width):
+        limit = _key_limit(qpos, t, causal, kvlen, s_len)
+        lowest, highest = min(lowest, limit), max(highest, limit)
+    return highest if lowest >= 1 else s_len
+
+
+@jit()
+def _softmax_by_key32(w: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
+                      scale: float, softcap: float, has_add: bool, has_keep: bool, b: int,
+                      h: int, t0: int, width: int, limits: Any, lanes: Any) -> None:
+    """Column i of `w` (keys, `SPAN`): query t0 + i's scores become its softmax weights.
+
+    As `_mask_softmax32` computes each row (scale, soft cap, the additive mask, the lowest
+    float past the causal limit or where the mask drops the key, then the softmax), but
+    `SPAN` queries at a time, each of its loops over the queries a constant `SPAN` wide.
+    Columns from `width` on are set to 0 (their products are computed and dropped).
+    A mask that is one value per key (a padding mask broadcast over the queries) is read
+    once per key; any other, per element.
+    """
+    s_len = w.shape[0]
+    lowest = np.float32(np.finfo(np.float32).min)
+    sc = np.float32(scale)
+    cap = np.float32(softcap)
+    inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
+    for i in range(gemm.SPAN):
+        t = t0 + min(i, width - 1)
+        limits[i] = _key_limit(qpos, t, causal, kvlen, s_len) if i < width else s_len
+    add_by_key = add.strides[2] == 0
+    keep_by_key = keep.strides[2] == 0
+    top, total = lanes[0], lanes[1]
+    for i in range(gemm.SPAN):
+        top[i] = -np.inf
+        total[i] = np.float32(0.0)
+    for s in range(s_len):
+        line = w[s]
+        if softcap > 0:
+            for i in range(gemm.SPAN):
+                line[i] = cap * tanh32f(line[i] * sc * inv_cap)
+        elif scale != 1.0:
+            for i in range(gemm.SPAN):
+                line[i] = line[i] * sc
+        if has_add:
+            if add_by_key:
+                extra = add[b, h, t0, s]
+                for i in range(gemm.SPAN):
+                    line[i] = line[i] + extra
+            else:
+                for i in range(width):
+                    line[i] = line[i] + add[b, h, t0 + i, s]
+        kept = not has_keep or not keep_by_key or keep[b, h, t0, s]
+        for i in range(gemm.SPAN):
+            x = line[i] if kept and s < limits[i] else lowest
+            line[i] = x if i < width else np.float32(0.0)
+        if has_keep and not keep_by_key:
+            for i in range(width):
+                if not keep[b, h, t0 + i, s]:
+                    line[i] = lowest
+        for i in range(gemm.SPAN):  # (NaN skipped: it reaches the sum through exp)
+            x = line[i]
+            top[i] = x if x > top[i] else top[i]
+    for s in range(s_len):
+        line = w[s]
+        for i in range(gemm.SPAN):
+            e = softmax_weight32f(line[i] - top[i])
+            line[i] = e
+            total[i] += e
+    for i in range(gemm.SPAN):
+        total[i] = np.float32(1.0) / total[i]
+    for s in range(s_len):
+        line = w[s]
+        for i in range(gemm.SPAN):
+            line[i] = line[i] * total[i]
 
 
 def _full(mask: Array | None, shape: tuple[int, ...], dtype: Any) -> tuple[Array, bool]:
