@@ -406,7 +406,10 @@ GEMM_MIN_QUERIES: Final = 16
 #: row's position, which the products compute and then mask. One sequence, 20 to 64 rows, 3 to
 #: 32 query heads grouped by 1 to 8, it ran level or faster (14 heads on 2 kv heads, 37 rows:
 #: 258 against 313 us; 64 rows: 424 against 466), and 1.1-1.4x slower from 128 rows; a prompt
-#: that short does not compile the products' mask kernel on a cold cache (3 s).
+#: that short does not compile the products' mask kernel on a cold cache (3 s). (The float32
+#: products on `gemm`'s tiles, which skip those keys too, ran 14 heads on 2 kv heads of 64 in
+#: 37 against 78 us at 16 rows, 77 against 173 at 64; but they cost a 16-token prompt's first
+#: run 6 s more on a cold cache, the decode's first-run budget.)
 CAUSAL_ROWS_MAX: Final = 64
 
 #: Query values (grouped heads x head size) a per-row task reads from which the per-row kernel
@@ -591,12 +594,18 @@ def _by_key32(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any,
             width = min(span, t_len - t0)
             used = _keys_seen(qpos, causal, kvlen, s_len, has_add or has_keep, t0, width)
             block = scores[:used]
-            gemm.tiles(keys, q[b, h, t0:t0 + width], block[:, :width], 0, -(-used // span), 0,
-                       width)
-            _softmax_by_key32(block, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
-                              has_keep, b, h, t0, width, limits, lanes)
-            gemm.tiles(block, values[:, :used], out2[first + t0:first + t0 + width], 0, 1, 0,
-                       dv)
+            # (two phases around one call of the tiles: a second call site compiles them
+            # again, ~5 s more on a cold cache)
+            for phase in range(2):
+                if phase == 0:  # the scores, a row per key
+                    panels, bt, dst = keys, q[b, h, t0:t0 + width], block[:, :width]
+                    count, columns = -(-used // span), width
+                else:  # the weights by the values, a row per query
+                    _softmax_by_key32(block, add, keep, qpos, causal, kvlen, scale, softcap,
+                                      has_add, has_keep, b, h, t0, width, limits, lanes)
+                    panels, bt = block, values[:, :used]
+                    dst, count, columns = out2[first + t0:first + t0 + width, :dv], 1, dv
+                gemm.tiles(panels, bt, dst, 0, count, 0, columns)
 
 
 @jit(inline=True)
