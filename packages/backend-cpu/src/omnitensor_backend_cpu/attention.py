@@ -640,57 +640,58 @@ def _softmax_by_key32(w: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvle
     once per key; any other, per element.
     """
     s_len = w.shape[0]
+    n = w.shape[1]  # (`SPAN`, read at run time: loops of a constant 32 were unrolled scalar)
     lowest = np.float32(np.finfo(np.float32).min)
     sc = np.float32(scale)
     cap = np.float32(softcap)
     inv_cap = np.float32(1.0 / softcap) if softcap > 0 else np.float32(0.0)
-    for i in range(gemm.SPAN):
+    for i in range(n):
         t = t0 + min(i, width - 1)
         limits[i] = _key_limit(qpos, t, causal, kvlen, s_len) if i < width else s_len
     add_by_key = add.strides[2] == 0
     keep_by_key = keep.strides[2] == 0
     top, total = lanes[0], lanes[1]
-    for i in range(gemm.SPAN):
+    for i in range(n):
         top[i] = -np.inf
         total[i] = np.float32(0.0)
     for s in range(s_len):
         line = w[s]
         if softcap > 0:
-            for i in range(gemm.SPAN):
+            for i in range(n):
                 line[i] = cap * tanh32f(line[i] * sc * inv_cap)
         elif scale != 1.0:
-            for i in range(gemm.SPAN):
+            for i in range(n):
                 line[i] = line[i] * sc
         if has_add:
             if add_by_key:
                 extra = add[b, h, t0, s]
-                for i in range(gemm.SPAN):
+                for i in range(n):
                     line[i] = line[i] + extra
             else:
                 for i in range(width):
                     line[i] = line[i] + add[b, h, t0 + i, s]
         kept = not has_keep or not keep_by_key or keep[b, h, t0, s]
-        for i in range(gemm.SPAN):
+        for i in range(n):
             x = line[i] if kept and s < limits[i] else lowest
             line[i] = x if i < width else np.float32(0.0)
         if has_keep and not keep_by_key:
             for i in range(width):
                 if not keep[b, h, t0 + i, s]:
                     line[i] = lowest
-        for i in range(gemm.SPAN):  # (NaN skipped: it reaches the sum through exp)
+        for i in range(n):  # (NaN skipped: it reaches the sum through exp)
             x = line[i]
             top[i] = x if x > top[i] else top[i]
     for s in range(s_len):
         line = w[s]
-        for i in range(gemm.SPAN):
+        for i in range(n):
             e = softmax_weight32f(line[i] - top[i])
             line[i] = e
             total[i] += e
-    for i in range(gemm.SPAN):
+    for i in range(n):
         total[i] = np.float32(1.0) / total[i]
     for s in range(s_len):
         line = w[s]
-        for i in range(gemm.SPAN):
+        for i in range(n):
             line[i] = line[i] * total[i]
 
 
