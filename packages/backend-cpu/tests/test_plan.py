@@ -166,3 +166,31 @@ def test_concatenation_writes_into_a_plan_buffer(backend: CpuBackend) -> None:
         np.testing.assert_array_equal(both, np.concatenate([ks, vs]))
         np.testing.assert_array_equal(doubled, 2 * np.concatenate([ks, vs]))
         np.testing.assert_array_equal(doubled_too, doubled)
+
+
+def test_attention_heads_are_stored_in_the_order_their_readers_merge_them(
+        backend: CpuBackend) -> None:
+    # sdpa (B, H, T, D) -> transpose (B, T, H, D) -> reshape (B, T, H * D): the attention
+    # result lives in a (B, T, H, D) buffer, so transpose and reshape are views (no copy); one
+    # query row, or a result read otherwise, keeps the plain layout
+    b_, h, t, d = 3, 4, 20, 16
+    for rows, merged in ((t, True), (1, True), (t, False)):
+        b = Builder()
+        q = b.input(TensorType((b_, h, rows, d), float32))
+        k, v = (b.input(TensorType((b_, h, t, d), float32)) for _ in range(2))
+        attn = b.emit("scaled_dot_product_attention", q, k, v, scale=0.25)
+        if merged:
+            heads = b.emit("reshape", b.emit("transpose", attn, perm=(0, 2, 1, 3)),
+                           shape=(b_, rows, h * d))
+            out = b.emit("mul", heads, heads)  # (the attention result is the plan's buffer)
+        else:
+            out = b.emit("exp", attn)
+        fn = b.build([out])
+        exe = backend.compile(fn)
+        stored = exe.plan.arena_spec[attn.id][1]
+        assert stored == ((b_, rows, h, d) if merged and rows > 1 else (b_, h, rows, d))
+        rng = np.random.default_rng(rows)
+        xs = [rng.normal(size=s).astype(np.float32)
+              for s in ((b_, h, rows, d), (b_, h, t, d), (b_, h, t, d))]
+        (got,) = backend.run(exe, xs)
+        np.testing.assert_allclose(got, evaluate(fn, xs)[0], rtol=1e-5, atol=1e-6)

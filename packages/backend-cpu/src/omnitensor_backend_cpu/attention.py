@@ -489,6 +489,12 @@ def _mask_softmax64(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, k
                 _normalize64(row, m, nan)
 
 
+def _on_tiles(q: Array, out: Array) -> bool:
+    """Whether products of `q` run on `gemm`'s tiles (float32; rows of `out` contiguous)."""
+    return bool(q.dtype == np.float32 and out.strides[-1] == out.itemsize
+                and threads.wide_products())
+
+
 def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) -> None:
     """Scores by BLAS products, masks and softmax fused in place, then P V.
 
@@ -507,10 +513,9 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
     n_b, n_h, t_len, d = q.shape
     n_kv, s_len, dv = k.shape[1], k.shape[2], v.shape[3]
     g = n_h // n_kv
-    if q.dtype == np.float32 and threads.wide_products():
-        # (float32 only, the tiles' type; `out` is C-contiguous, see `prepare_sdpa`)
+    if _on_tiles(q, out):
         parts = pool.parts(n_b * n_kv, n_b * n_h * t_len * s_len * max(d, dv) >> 3)
-        _sdpa_tiles(q, k, v, out.reshape(-1, dv), *args, parts)
+        _sdpa_tiles(q, k, v, out, *args, parts)
         return
     # NOTE: stacking the query heads of a kv head (g > 1) needs a C-contiguous q, so without a
     # soft cap that copy is also where the scale is applied (T x D values, not T x S scores).
@@ -546,7 +551,7 @@ def _sdpa_gemm(q: Array, k: Array, v: Array, out: Array, args: tuple[Any, ...]) 
 
 
 @jit(parallel=True)
-def _sdpa_tiles(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any,
+def _sdpa_tiles(q: Any, k: Any, v: Any, out: Any, add: Any, keep: Any, qpos: Any,
                 causal: bool, kvlen: int, scale: float, softcap: float, has_add: bool,
                 has_keep: bool, parts: int) -> None:
     # One task per (batch entry, kv head), split over numba's workers (see `_sdpa_gemm`):
@@ -562,12 +567,12 @@ def _sdpa_tiles(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: An
         limits = np.empty(span, np.int64)
         lanes = np.empty((2, span), np.float32)
         for task in range(part * step, min(tasks, part * step + step)):
-            _by_key32(q, k, v, out2, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
+            _by_key32(q, k, v, out, add, keep, qpos, causal, kvlen, scale, softcap, has_add,
                       has_keep, task // n_kv, task % n_kv, keys, scores, limits, lanes)
 
 
 @jit()
-def _by_key32(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any, causal: bool,
+def _by_key32(q: Any, k: Any, v: Any, out: Any, add: Any, keep: Any, qpos: Any, causal: bool,
               kvlen: int, scale: float, softcap: float, has_add: bool, has_keep: bool, b: int,
               kv: int, keys: Any, scores: Any, limits: Any, lanes: Any) -> None:
     """Attention of the query heads of kv head `kv` of batch entry `b`, `SPAN` queries a pass.
@@ -589,7 +594,6 @@ def _by_key32(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any,
     gemm.pack_rows(k[b, kv], keys, 0, count)
     values = v[b, kv].T
     for h in range(kv * g, kv * g + g):
-        first = (b * n_h + h) * t_len
         for t0 in range(0, t_len, span):
             width = min(span, t_len - t0)
             used = _keys_seen(qpos, causal, kvlen, s_len, has_add or has_keep, t0, width)
@@ -604,7 +608,7 @@ def _by_key32(q: Any, k: Any, v: Any, out2: Any, add: Any, keep: Any, qpos: Any,
                     _softmax_by_key32(block, add, keep, qpos, causal, kvlen, scale, softcap,
                                       has_add, has_keep, b, h, t0, width, limits, lanes)
                     panels, bt = block, values[:, :used]
-                    dst, count, columns = out2[first + t0:first + t0 + width, :dv], 1, dv
+                    dst, count, columns = out[b, h, t0:t0 + width, :dv], 1, dv
                 gemm.tiles(panels, bt, dst, 0, count, 0, columns)
 
 
@@ -748,7 +752,8 @@ def prepare_sdpa(q: Array, k: Array, v: Array, out: Array, *, scale: float, caus
     n_b, n_h, t_len, _ = q.shape
     s_len = k.shape[2]
     shape = (n_b, n_h, t_len, s_len)
-    products = (t_len >= GEMM_MIN_QUERIES and out.flags.c_contiguous
+    # (BLAS's products write `out` as one matrix per (batch, kv head): C-contiguous only)
+    products = (t_len >= GEMM_MIN_QUERIES and (out.flags.c_contiguous or _on_tiles(q, out))
                 and _by_products(q, k, causal))
     no_add, no_keep = _full(None, shape, q.dtype)[0], _full(None, shape, np.bool_)[0]
     scale, softcap = float(scale), float(softcap)

@@ -141,7 +141,7 @@ Backward = Callable[[Array | None, Array | None, Any], None]
 
 def prepare_backward(q: Array, k: Array, v: Array, g: Array, dq: Array, dk: Array, dv: Array,
                      *, scale: float, causal: bool, softcap: float = 0.0) -> Backward:
-    """The fused backward on these float32 arrays (any strides; dq, dk, dv C-contiguous).
+    """The fused backward on these float32 arrays (any strides).
 
     As `attention.prepare_sdpa`, the mask, the query positions and the cache length are the
     call's, at every run.

@@ -15,7 +15,9 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 
-from omnitensor.ir.program import Instruction
+import numpy as np
+
+from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
 from . import codegen
@@ -23,7 +25,7 @@ from .drafts import Array, Draft, Owned, Slots, Step
 from .prepared import Kept
 from .tier import reference_runner
 
-__all__ = ["Kernel", "kernel_draft", "once"]
+__all__ = ["Kernel", "kernel_draft", "once", "result_layout"]
 
 #: ``kernel(operands, *outs) -> (call, reusable)``: the kernel's call on operands in the order of
 #: `kernel_draft`'s `reads` (None where an optional operand is absent) into `outs`, the result
@@ -40,7 +42,8 @@ def once(run: Callable[[list[Array | None], Array], None]) -> Kernel:
 
 def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
                  kernel: Callable[[], Kernel], kind: str, work: int | None = None,
-                 large: bool = False, dynamic: int = 0) -> Draft:
+                 large: bool = False, dynamic: int = 0,
+                 layouts: Sequence[tuple[int, ...] | None] = ()) -> Draft:
     """A `Draft` running `kernel()` (built, and numba loaded, on first use) for `inst`.
 
     Args:
@@ -59,11 +62,18 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
             0.1 ms, 49 times per token for a 24-layer model.
         dynamic: how many of the last `reads` the prepared call takes at every run (values
             that change from run to run, such as attention's mask and cache length).
+        layouts: per result, None or the order of its axes in memory (`result_layout`): the
+            buffer holds the result's axes in that order, and the kernel writes, and the plan
+            reads, a transposed view of it (attention's (B, H, T, D) heads stored as (B, T,
+            H, D), so that the usual transpose and reshape into (B, T, H * D) are views).
     """
     types = [r.type for r in inst.results]
     assert all(isinstance(t, TensorType) for t in types)
     outs = [r.id for r in inst.results]
-    owned = [Owned(r.id, r.type.shape, r.type.dtype.np, index) for r in inst.results
+    orders = [layouts[i] if i < len(layouts) else None for i in range(len(outs))]
+    owned = [Owned(r.id, r.type.shape if order is None else tuple(r.type.shape[a] for a in order),
+                   r.type.dtype.np, index)
+             for r, order in zip(inst.results, orders, strict=True)
              if isinstance(r.type, TensorType)]
     size = math.prod(owned[0].shape)
     small = not large and (size if work is None else work) < codegen.min_elements()
@@ -73,7 +83,8 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
     statics, dynamics = ids[:len(ids) - dynamic], ids[len(ids) - dynamic:]
 
     def make(getters: dict[int, Callable[[Slots], Array]]) -> Step:
-        gets = [getters[out] for out in outs]
+        gets = [getters[out] if order is None else _Transposed(getters[out], order)
+                for out, order in zip(outs, orders, strict=True)]
 
         def compiled() -> Step:
             prepare = kernel()
@@ -120,3 +131,37 @@ def kernel_draft(inst: Instruction, index: int, reads: Sequence[int | None],
         return compiled()
 
     return Draft([i for i in ids if i is not None], outs, make, owned, "ref" if small else kind)
+
+
+class _Transposed:
+    """A buffer getter's result seen with its axes back in the result's order (`layouts`).
+
+    The same view object for the same buffer, run after run: a prepared call is kept for the
+    array objects it saw (`prepared.Kept`).
+    """
+
+    def __init__(self, get: Callable[[Slots], Array], order: tuple[int, ...]) -> None:
+        self.get, self.axes = get, tuple(int(a) for a in np.argsort(order))
+        self.fresh = getattr(get, "fresh", False)
+        self.seen: tuple[Array, Array] | None = None
+
+    def __call__(self, slots: Slots) -> Array:
+        buffer = self.get(slots)
+        seen = self.seen
+        if seen is not None and seen[0] is buffer:
+            return seen[1]
+        view = buffer.transpose(self.axes)
+        self.seen = (buffer, view)
+        return view
+
+
+def result_layout(function: Function, value: int, order: tuple[int, ...]) -> bool:
+    """Whether every reader of `value` transposes it by `order` (and it is no output).
+
+    Stored in that order, the value's readers get contiguous views.
+    """
+    if any(v.id == value for v in function.outputs):
+        return False
+    readers = [i for i in function.body if any(v.id == value for v in i.operands)]
+    return bool(readers) and all(
+        i.op == "transpose" and tuple(i.attrs.get("perm", ())) == order for i in readers)

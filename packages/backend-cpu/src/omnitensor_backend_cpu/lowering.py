@@ -32,7 +32,7 @@ from omnitensor.ir.program import Function, Instruction
 from omnitensor.ir.types import TensorType
 
 from .drafts import Array, Draft
-from .kernel_step import Kernel, kernel_draft, once
+from .kernel_step import Kernel, kernel_draft, once, result_layout
 from .steps import Epilogue, dot_step, qmatmul_step, reference_step, sum_step, update_step
 
 __all__ = ["LOWERINGS", "Lower", "lower"]
@@ -410,7 +410,23 @@ def _attention(ctx: Lower, view: OpView) -> Draft | None:
     qt, kt = (t for t in types[:2] if isinstance(t, TensorType))
     scores = math.prod(qt.shape[:3]) * kt.shape[2]  # (B, Hq, T, S)
     return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=max(scores, result.size),
-                        large=ctx.large, dynamic=3)
+                        large=ctx.large, dynamic=3, layouts=_heads_layouts(ctx, inst))
+
+
+#: (B, H, T, D) heads stored as (B, T, H, D): what the usual transpose reads as contiguous.
+_TOKENS_FIRST: Final = (0, 2, 1, 3)
+
+
+def _heads_layouts(ctx: Lower, inst: Instruction) -> list[tuple[int, ...] | None]:
+    """Per result of an attention op, `_TOKENS_FIRST` where its readers transpose it so.
+
+    The heads merged back into (B, T, H * D) were a copy of every attention output and
+    gradient (an encoder batch's six: 0.9 ms); stored in that order, transpose and reshape
+    are views. (One query row needs no such layout: its transpose is free already.)
+    """
+    return [_TOKENS_FIRST if isinstance(r.type, TensorType) and len(r.type.shape) == 4
+            and r.type.shape[2] > 1 and result_layout(ctx.function, r.id, _TOKENS_FIRST)
+            else None for r in inst.results]
 
 
 #: Keys per row up to which the fused attention backward runs; longer rows (and float64) get
@@ -461,5 +477,5 @@ def _attention_backward(ctx: Lower, view: OpView) -> Draft | None:
 
     sizes = sum(math.prod(r.type.shape) for r in inst.results if isinstance(r.type, TensorType))
     return kernel_draft(inst, ctx.step, reads, kernel, "attn", work=sizes, large=ctx.large,
-                        dynamic=3)
+                        dynamic=3, layouts=_heads_layouts(ctx, inst))
 
