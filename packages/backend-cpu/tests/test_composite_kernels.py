@@ -344,3 +344,41 @@ def test_causal_products_read_only_the_keys_a_block_of_queries_sees(kv_length: i
               for t0 in (0, 32, 64)]
     assert blocks == ([32, 64, 70] if kv_length else [128] * 3)
     assert seen(positions, True, kv_length, 128, True, 0, 32) == 128  # (a mask: all read)
+
+
+@pytest.mark.parametrize("masking", ["none", "key", "bool", "key-additive", "additive"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("softcap", [0.0, 2.0])
+def test_prompt_attention_products_against_float64(masking: str, causal: bool,
+                                                   softcap: float) -> None:
+    # 40 queries (two blocks of 32) of 4 heads on 2 kv heads over 70 keys (three panels),
+    # heads strided out of (B, T, H, D): every mask form, the causal rule, the soft cap
+    rng = np.random.default_rng(13)
+    q = rng.normal(size=(2, 40, 4, 16)).astype(np.float32).transpose(0, 2, 1, 3)
+    k = rng.normal(size=(2, 70, 2, 16)).astype(np.float32).transpose(0, 2, 1, 3)
+    v = rng.normal(size=(2, 70, 2, 16)).astype(np.float32).transpose(0, 2, 1, 3)
+    keep: Array = np.ones((2, 4, 40, 70), bool)
+    add: Array | float = 0.0
+    mask: Array | None = None
+    if masking == "key":
+        mask = rng.random((2, 1, 1, 70)) > 0.3
+    elif masking == "bool":
+        mask = rng.random((2, 1, 40, 70)) > 0.3
+        mask[0, 0, 5] = False  # a row that sees no key: the average of every value
+    elif masking == "key-additive":
+        mask = add = rng.normal(size=(2, 1, 1, 70)).astype(np.float32)
+    elif masking == "additive":
+        mask = add = rng.normal(size=(1, 4, 40, 70)).astype(np.float32)
+    if mask is not None and mask.dtype == np.bool_:
+        keep = keep & mask
+    positions = np.arange(30, 70)
+    if causal:
+        keep = keep & (np.arange(70) <= positions[:, None])
+    out = np.empty((2, 4, 40, 16), np.float32)
+    attention.sdpa(q, k, v, out, scale=0.3, mask=mask, q_positions=positions, causal=causal,
+                   softcap=softcap)
+    g = np.repeat
+    s = np.einsum("bhtd,bhsd->bhts", q.astype(np.float64), g(k, 2, axis=1)) * 0.3
+    s = (softcap * np.tanh(s / softcap) if softcap else s) + add
+    s = np.where(keep, s, np.finfo(np.float32).min)
+    assert _rel(out, np.einsum("bhts,bhsd->bhtd", _softmax(s), g(v, 2, axis=1))) < 1e-6
