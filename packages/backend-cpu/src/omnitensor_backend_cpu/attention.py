@@ -614,8 +614,7 @@ def _by_key32(q: Any, k: Any, v: Any, out: Any, add: Any, keep: Any, qpos: Any, 
     s_len, dv = k.shape[2], v.shape[3]
     g = n_h // k.shape[1]
     span = gemm.SPAN
-    count = -(-s_len // span)
-    gemm.pack_rows(k[b, kv], keys, 0, count)
+    gemm.pack_rows(k[b, kv], keys, 0, -(-s_len // span))
     values = v[b, kv].T
     for h in range(kv * g, kv * g + g):
         for t0 in range(0, t_len, span):
@@ -625,15 +624,15 @@ def _by_key32(q: Any, k: Any, v: Any, out: Any, add: Any, keep: Any, qpos: Any, 
             # (two phases around one call of the tiles: a second call site compiles them
             # again, ~5 s more on a cold cache)
             for phase in range(2):
-                if phase == 0:  # the scores, a row per key
+                if phase == 0:  # the scores, a row per key (the panels of the keys used)
                     panels, bt, dst = keys, q[b, h, t0:t0 + width], block[:, :width]
-                    count, columns = -(-used // span), width
-                else:  # the weights by the values, a row per query
+                    panel_count, columns = -(-used // span), width
+                else:  # the weights by the values, a row per query (the block: one panel)
                     _softmax_by_key32(block, add, keep, qpos, causal, kvlen, scale, softcap,
                                       has_add, has_keep, b, h, t0, width, limits, lanes)
                     panels, bt = block, values[:, :used]
-                    dst, count, columns = out[b, h, t0:t0 + width, :dv], 1, dv
-                gemm.tiles(panels, bt, dst, 0, count, 0, columns)
+                    dst, panel_count, columns = out[b, h, t0:t0 + width, :dv], 1, dv
+                gemm.tiles(panels, bt, dst, 0, panel_count, 0, columns)
 
 
 @jit(inline=True)
