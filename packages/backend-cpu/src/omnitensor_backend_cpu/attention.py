@@ -450,6 +450,21 @@ def _by_products(q: Array, k: Array, causal: bool) -> bool:
     return not (causal and t_len <= CAUSAL_ROWS_MAX and task >= _ROW_TASK_MIN)
 
 
+@jit(inline=True)
+def _scaled(scores: Any, n: int, scale: float, softcap: float, sc: Any, cap: Any,
+            inv_cap: Any) -> None:
+    """``scores[:n]`` scaled in place, then soft-capped (``cap * tanh(x / cap)``) where asked.
+
+    `sc`, `cap` and `inv_cap` are the float32 scale, cap and 1 / cap.
+    """
+    if softcap > 0:
+        for s in range(n):
+            scores[s] = cap * tanh32f(scores[s] * sc * inv_cap)
+    elif scale != 1.0:
+        for s in range(n):
+            scores[s] = scores[s] * sc
+
+
 @jit()
 def _mask_softmax32(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvlen: int,
                     scale: float, softcap: float, has_add: bool, has_keep: bool, b_lo: int,
@@ -466,12 +481,7 @@ def _mask_softmax32(scores: Any, add: Any, keep: Any, qpos: Any, causal: bool, k
             for t in range(t_len):
                 row = scores[b, h, t]
                 limit = _key_limit(qpos, t, causal, kvlen, s_len)
-                if softcap > 0:
-                    for s in range(s_len):
-                        row[s] = cap * tanh32f(row[s] * sc * inv_cap)
-                elif scale != 1.0:
-                    for s in range(s_len):
-                        row[s] = row[s] * sc
+                _scaled(row, s_len, scale, softcap, sc, cap, inv_cap)
                 if has_add:
                     add_row = add[b, h, t]
                     for s in range(s_len):
@@ -683,12 +693,7 @@ def _softmax_by_key32(w: Any, add: Any, keep: Any, qpos: Any, causal: bool, kvle
         total[i] = np.float32(0.0)
     for s in range(s_len):
         line = w[s]
-        if softcap > 0:
-            for i in range(n):
-                line[i] = cap * tanh32f(line[i] * sc * inv_cap)
-        elif scale != 1.0:
-            for i in range(n):
-                line[i] = line[i] * sc
+        _scaled(line, n, scale, softcap, sc, cap, inv_cap)
         if has_add:
             if add_by_key:
                 extra = add[b, h, t0, s]
