@@ -11,6 +11,7 @@ import pytest
 from omnitensor.backend.host import HostArrayBackend
 from omnitensor.backend.host_memory import (
     ALIGNMENT,
+    IN_PLACE_BYTES,
     MAPPED_BYTES,
     aligned_empty,
     immutable,
@@ -69,7 +70,8 @@ def test_host_upload_keeps_immutable_arrays_and_copies_the_rest(tmp_path: Path) 
 
 def test_kept_arrays_start_on_a_cache_line(tmp_path: Path) -> None:
     """Sealed arrays and uploaded floats are `ALIGNMENT`-aligned; an aligned mapped float
-    weight and mapped bytes (quantized blocks, repacked by the backend) are kept as they are."""
+    weight and mapped bytes (quantized blocks, repacked by the backend) are kept as they are,
+    a small mapped float weight is copied out of the file (`IN_PLACE_BYTES`)."""
     for shape, dtype in (((3, 5), np.float32), ((0,), np.float64), ((), np.int8),
                          ((7,), ml_dtypes.bfloat16)):
         fresh = aligned_empty(shape, dtype)
@@ -83,10 +85,10 @@ def test_kept_arrays_start_on_a_cache_line(tmp_path: Path) -> None:
     np.testing.assert_array_equal(sealed, misplaced)
 
     path = tmp_path / "w.bin"
-    path.write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    path.write_bytes(np.arange(IN_PLACE_BYTES // 2 + 64, dtype=np.float32).tobytes())
     mapped = np.asarray(map_file(path))
     upload = HostArrayBackend.upload
-    on_line = mapped[ALIGNMENT:3 * ALIGNMENT].view(np.float32)
+    on_line = mapped[ALIGNMENT:ALIGNMENT + IN_PLACE_BYTES].view(np.float32)
     assert upload(None, on_line) is on_line  # type: ignore[arg-type]
     off_line = mapped[32:160].view(np.float32)  # as a GGUF tensor 32 bytes past a line
     kept = upload(None, off_line)  # type: ignore[arg-type]
@@ -94,6 +96,10 @@ def test_kept_arrays_start_on_a_cache_line(tmp_path: Path) -> None:
     np.testing.assert_array_equal(kept, np.arange(8, 40, dtype=np.float32))
     blocks = mapped[32:160]
     assert upload(None, blocks) is blocks  # type: ignore[arg-type]
+    small = mapped[ALIGNMENT:3 * ALIGNMENT].view(np.float32)  # a norm's weight: copied out
+    copied = upload(None, small)  # type: ignore[arg-type]
+    assert not np.shares_memory(copied, mapped) and is_aligned(copied) and immutable(copied)
+    np.testing.assert_array_equal(copied, small)
     big = np.arange(2056, dtype=np.float32)[4:]  # copies of a page or more are aligned
     if is_aligned(big):
         big = np.arange(2056, dtype=np.float32)[1:2053]

@@ -16,7 +16,15 @@ from ..dtypes import DType
 from ..ir.opdef import OpDef, OpView, Trait, all_ops
 from ..ir.program import Instruction
 from .contract import Backend
-from .host_memory import SMALL_BYTES, aligned_empty, immutable, is_aligned, release, seal
+from .host_memory import (
+    IN_PLACE_BYTES,
+    SMALL_BYTES,
+    aligned_empty,
+    immutable,
+    is_aligned,
+    release,
+    seal,
+)
 from .lowering import LoweringTable
 
 __all__ = ["HostArrayBackend", "hand_out", "read_only", "reference_lowerings",
@@ -117,11 +125,19 @@ class HostArrayBackend(Backend):
         or one `host_memory.seal` made) is kept as it is: a model's weights are not copied,
         unless a floating-point one does not start on a cache line (`host_memory.ALIGNMENT`;
         a GGUF tensor may start 32 bytes past one): the kernels stream those with whole-line
-        loads, so such a weight is copied once, aligned, and its file pages dropped. Copies
-        are aligned too.
+        loads, so such a weight is copied once, aligned, and its file pages dropped. A small
+        floating-point weight in a mapped file (a norm's) is copied too: read in place at
+        every step, it maps the file's pages around it (`host_memory.IN_PLACE_BYTES`).
+        Copies are aligned too.
         """
         if immutable(array):
-            if array.dtype.kind != "f" or is_aligned(array):
+            if array.dtype.kind != "f":  # (quantized blocks: the backend repacks them)
+                return array
+            if array.nbytes < IN_PLACE_BYTES:  # (a norm's weight: see `IN_PLACE_BYTES`)
+                own = aligned_empty(array.shape, array.dtype)
+                np.copyto(own, array)
+                return seal(own)
+            if is_aligned(array):
                 return array
             copy = seal(array)
             release(array)

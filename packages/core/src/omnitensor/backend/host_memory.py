@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "MAPPED_BYTES", "SMALL_BYTES", "aligned", "aligned_empty", "immutable",
-           "is_aligned", "prefetch", "release", "seal"]
+__all__ = ["ALIGNMENT", "IN_PLACE_BYTES", "MAPPED_BYTES", "SMALL_BYTES", "aligned",
+           "aligned_empty", "immutable", "is_aligned", "prefetch", "release", "seal"]
 
 Array = np.ndarray[Any, Any]
 
@@ -32,6 +32,16 @@ ALIGNMENT = 64
 #: is not streamed, and an aligned allocation costs microseconds (five tiny inputs of a decode
 #: step took 22 us more).
 SMALL_BYTES = 4096
+
+
+#: Weights in a mapped file smaller than this are copied out of it rather than read in place.
+#: Reading a page of a mapped file maps the pages around it too (64 KiB of fault-around, or
+#: the whole 2 MiB folio of a file the page cache holds in huge pages), and those pages count
+#: in the process's memory: a 0.5B Q8_0 model's 49 norm weights, read at every step between
+#: the matrices the backend had repacked and dropped (`release`), brought 94 MB of them back
+#: (fresh-process peak of a 64-token decode 689 MB, 595 with the norms copied). A weight this
+#: small costs nothing to copy; a large one read in place is its own pages.
+IN_PLACE_BYTES = 1 << 18
 
 
 def is_aligned(array: Array, alignment: int = ALIGNMENT) -> bool:
