@@ -81,8 +81,7 @@ def _tile(weights: int, vectors: int = VECTORS, prefetch_next: bool = False,
     `EPILOGUE_BIAS`) add ``bias[n + r]`` and ``residual[t * span + i, n + r]`` to each result
     before it is stored, in the program's order. `prefetch_next`: at each k, one prefetch of
     the line of k in one of the next tile's rows (row k mod 16 of the 16 after n): every line
-    the next tile reads, once (see `_few_full`). `prefetch_out`: where `flags` has
-    `PREFETCH_OUT`, the tile first prefetches its rows of out (and of the residual).
+    the next tile reads, once (see `_few_full`).
     """
     vf = ir.VectorType(_F32, LANES)
     span = LANES * vectors
