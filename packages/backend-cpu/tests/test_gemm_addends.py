@@ -80,24 +80,6 @@ def test_addends_survive_every_thread_split(monkeypatch: pytest.MonkeyPatch, m: 
         np.testing.assert_array_equal(out, _adds(plain, addends))
 
 
-@pytest.mark.parametrize("m", [33, 200])
-@pytest.mark.parametrize("which", ["", "b", "br", "rb"])
-def test_tiles_that_prefetch_out_give_the_same_bits(monkeypatch: pytest.MonkeyPatch, m: int,
-                                                    which: str) -> None:
-    """`gemm.PREFETCH_OUT` (set for every product here): the tiles prefetch out's and the
-    residual's rows, a last panel's padding rows past their ends too; nothing else changes."""
-    rng = np.random.default_rng(m)
-    a = rng.standard_normal((m, 40), dtype=np.float32)
-    bt = rng.standard_normal((61, 40), dtype=np.float32)
-    addends = _addends(which, m, 61, rng)
-    want = np.empty((m, 61), np.float32)
-    gemm.gemm(a, bt, want, addends)
-    monkeypatch.setattr(gemm, "PREFETCH_OUT_BYTES", 0)
-    out = np.full((m, 61), np.nan, np.float32)
-    gemm.gemm(a, bt, out, addends)
-    np.testing.assert_array_equal(out, want)
-
-
 def test_addends_read_strided_and_other_dtypes_and_write_strided_rows() -> None:
     rng = np.random.default_rng(3)
     a = rng.standard_normal((40, 16), dtype=np.float32)

@@ -69,8 +69,7 @@ _LINE: Final = 16
 _ROW_SPLIT_PANELS: Final = 4
 
 
-def _tile(weights: int, vectors: int = VECTORS, prefetch_next: bool = False,
-          prefetch_out: bool = False) -> Any:
+def _tile(weights: int, vectors: int = VECTORS, prefetch_next: bool = False) -> Any:
     """An intrinsic ``tile(panels, bt, out, t, n)`` for `weights` weight rows from n.
 
     ``out[t * span + i, n + r] = sum_k panels[t * K + k, i] * bt[n + r, k]`` for ``i <
@@ -125,17 +124,6 @@ def _tile(weights: int, vectors: int = VECTORS, prefetch_next: bool = False,
                 # bt's row n + weights + r, r = k % 16, at column k - r (a line's first float)
                 first = builder.add(b_base, builder.mul(
                     builder.add(n0, ir.Constant(_I64, weights)), b_rows))
-            m0 = builder.mul(t0, ir.Constant(_I64, span))
-            if prefetch_out:
-                # (`PREFETCH_OUT`) the lines of the tile's results, and of the residual added
-                # to them, on their way in while the sums run
-                zero = ir.Constant(_I64, 0)
-                with builder.if_then(builder.icmp_signed("!=", builder.and_(
-                        flags, ir.Constant(_I64, PREFETCH_OUT)), zero)):
-                    _prefetch_rows(builder, o_arr, m0, n0, span, weights, write=True)
-                    with builder.if_then(builder.icmp_signed("!=", builder.and_(
-                            flags, ir.Constant(_I64, EPILOGUE_RESIDUAL)), zero)):
-                        _prefetch_rows(builder, r_arr, m0, n0, span, weights, write=False)
             with cgutils.for_range(builder, k_count) as loop:
                 k = loop.index
                 if prefetch_next:
@@ -144,11 +132,11 @@ def _tile(weights: int, vectors: int = VECTORS, prefetch_next: bool = False,
                                      builder.mul(builder.sub(k, r), b_cols))
                     prefetch(builder, builder.inttoptr(at, _F32.as_pointer()))
                 step(k)
+            m0 = builder.mul(t0, ir.Constant(_I64, span))
             store = _store_lanes if weights < 4 else _store_rows
             # (two copies of the stores: the one without addends as before them, since the
             # selects and loads of the other cost 5-10 % of a product with K = 128)
-            plain = builder.icmp_signed("==", builder.and_(flags, ir.Constant(_I64, _ADDENDS)),
-                                        ir.Constant(_I64, 0))
+            plain = builder.icmp_signed("==", flags, ir.Constant(_I64, 0))
             with builder.if_else(plain) as (without, with_addends):
                 with without:
                     store(builder, o_arr, accs, m0, n0, None)
@@ -159,18 +147,6 @@ def _tile(weights: int, vectors: int = VECTORS, prefetch_next: bool = False,
         return sig, codegen
 
     return tile
-
-
-def _prefetch_rows(builder: Any, arr: Any, m0: Any, n0: Any, rows: int, weights: int,
-                   write: bool) -> None:
-    # the lines of ``arr[m0 + i, n0 : n0 + weights]`` for i < rows (prefetches never fault:
-    # rows past arr's end cost nothing)
-    first = builder.ptrtoint(builder.gep(arr.data, [n0]), _I64)
-    row_bytes = builder.extract_value(arr.strides, 0)
-    for i in range(rows):
-        row = builder.add(first, builder.mul(builder.add(m0, ir.Constant(_I64, i)), row_bytes))
-        for at in (row, builder.add(row, ir.Constant(_I64, 4 * (weights - 1)))):
-            prefetch(builder, builder.inttoptr(at, _F32.as_pointer()), write)
 
 
 def _row_bases(weights: int) -> list[tuple[int, int]]:
@@ -197,16 +173,6 @@ def _row_bases(weights: int) -> list[tuple[int, int]]:
 EPILOGUE_BIAS: Final = 1
 EPILOGUE_RESIDUAL: Final = 2
 EPILOGUE_RESIDUAL_FIRST: Final = 4
-_ADDENDS: Final = EPILOGUE_BIAS | EPILOGUE_RESIDUAL | EPILOGUE_RESIDUAL_FIRST
-#: `tiles_onto`'s flag for a large out: each tile first prefetches the lines it will store
-#: (and the residual's it will add), so they arrive while its sums run. An out that is not
-#: in the cache (a large one, written in sequence after other work) stalled every tile's
-#: stores: its first rows cost ~100 ns a line, the store buffer full. Where out is small and
-#: already cached, the 64 prefetches a tile cost more than they save (4-10 % on a product by
-#: 128 columns, hot), so the flag is set from `PREFETCH_OUT_BYTES` of out.
-PREFETCH_OUT: Final = 8
-#: Bytes of out from which `gemm` sets `PREFETCH_OUT` (out does not stay in a core's L2).
-PREFETCH_OUT_BYTES: Final = 1 << 20
 
 
 class _Addends:
@@ -404,7 +370,7 @@ def _pack_block(typingctx: Any, a: Any, panels: Any, row: Any, k: Any, line: Any
     return sig, codegen
 
 
-_tile_full = _tile(WEIGHTS, prefetch_out=True)
+_tile_full = _tile(WEIGHTS)
 _tile_4 = _tile(4)
 _tile_one = _tile(1)
 #: The tiles of `FEW_ROWS`-row panels (`few`): 16 weight rows in 16 accumulators, then 4, 1.
@@ -577,8 +543,6 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
         out[...] = dense
         return
     flags, bias, residual, later = _epilogue(addends) if addends else _NONE
-    if out.nbytes >= PREFETCH_OUT_BYTES:
-        flags |= PREFETCH_OUT
     act = 0 if activation is None else ACTIVATIONS[activation]
     # (the activation comes after every add: where some are left for after the tiles, or the
     # tiles add up partial sums, after them)
@@ -605,8 +569,8 @@ def gemm(a: np.ndarray, bt: np.ndarray, out: np.ndarray,
         pack_rows(a, panels, 0, count)
     # (split over the sum's terms, the addends come after the partial sums)
     tokens = by == _BY_TOKENS
-    _split(a, bt, out, panels, sums, parts, by, bias, residual,
-           flags & PREFETCH_OUT if tokens else flags, 0 if tokens else inside)
+    _split(a, bt, out, panels, sums, parts, by, bias, residual, 0 if tokens else flags,
+           0 if tokens else inside)
     for partial in sums:
         np.add(out, partial, out=out)
     for addend in (addends if tokens else later):

@@ -29,18 +29,14 @@ def host_lanes() -> int:
     return 16 if features.get("avx512f", False) else LANES
 
 
-def prefetch(builder: Any, address: Any, write: bool = False) -> None:
-    """A prefetch of `address` into every cache level (a hint: it never faults).
-
-    `write`: for a line about to be written (x86 ``prefetchw``: the line comes exclusive, no
-    second request for ownership when the store comes).
-    """
+def prefetch(builder: Any, address: Any) -> None:
+    """A read prefetch of `address` into every cache level (a hint: it never faults)."""
     i8p = _I8.as_pointer()
     module = builder.module
     fn = module.globals.get("llvm.prefetch.p0i8") or ir.Function(
         module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
-    builder.call(fn, [builder.bitcast(address, i8p), ir.Constant(_I32, int(write)),
-                      ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+    builder.call(fn, [builder.bitcast(address, i8p), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                      ir.Constant(_I32, 1)])
 
 
 def lane_range(builder: Any, vec: Any, lo: int, count: int) -> Any:
